@@ -1,0 +1,41 @@
+"""Rich progress bars for long work (data generation, training, benchmarks); quiet when LRA_QUIET=1."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+T = TypeVar("T")
+console = Console(stderr=True)
+
+
+def quiet() -> bool:
+    return os.environ.get("LRA_QUIET", "0") not in ("", "0")
+
+
+def make_progress(*extra_columns: TextColumn) -> Progress:
+    """A progress display with bar, count, elapsed and remaining time, plus `extra_columns`."""
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        *extra_columns,
+        console=console,
+        disable=quiet(),
+        transient=False,
+    )
+
+
+def track(items: Iterable[T], total: int | None = None, description: str = "working") -> Iterator[T]:
+    """Iterate over `items` with a progress bar."""
+    with make_progress() as progress:
+        task = progress.add_task(description, total=total)
+        for item in items:
+            yield item
+            progress.advance(task)

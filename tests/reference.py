@@ -1,0 +1,61 @@
+"""Independent fp64 reference attention for tests: written from the definition, one (batch, head) at a time."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def reference_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_padding_mask: torch.Tensor | None = None,
+    scale: float | None = None,
+    token_mask: torch.Tensor | None = None,
+    dropout_keep: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
+    """softmax(q k^T * scale) v in fp64 with the interface's padding rules.
+
+    `token_mask` (heads or 1, Nq, Nk) bool: extra allowed-pairs mask (block-sparse layouts, bands).
+    `dropout_keep` (B, H, Nq, Nk) bool: kept attention probabilities, scaled by 1/(1-p).
+    Rows with no allowed key, and padded query rows in self-attention, are zero.
+    """
+    q, k, v = q.double(), k.double(), v.double()
+    b, h, nq, d = q.shape
+    nk = k.shape[2]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    out = torch.zeros(b, h, nq, v.shape[-1], dtype=torch.float64, device=q.device)
+    for bi in range(b):
+        for hi in range(h):
+            s = (q[bi, hi] @ k[bi, hi].T) * scale
+            allowed = torch.ones(nq, nk, dtype=torch.bool, device=q.device)
+            if key_padding_mask is not None:
+                allowed &= key_padding_mask[bi][None, :]
+            if token_mask is not None:
+                allowed &= token_mask[hi if token_mask.shape[0] > 1 else 0]
+            s = s.masked_fill(~allowed, float("-inf"))
+            row_ok = allowed.any(dim=1)
+            p = torch.zeros_like(s)
+            p[row_ok] = torch.softmax(s[row_ok], dim=-1)
+            if dropout_keep is not None:
+                p = p * dropout_keep[bi, hi].double() / (1.0 - dropout_p)
+            o = p @ v[bi, hi]
+            if key_padding_mask is not None and nq == nk:
+                o = o * key_padding_mask[bi][:, None].double()
+            out[bi, hi] = o
+    return out
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| in fp64 (0 when both are zero)."""
+    num = (out.double() - ref.double()).norm().item()
+    den = ref.double().norm().item()
+    return num / den if den > 0 else num
+
+
+def right_padded_mask(lengths: list[int], n: int, device: str = "cpu") -> torch.Tensor:
+    """A bool (batch, n) mask with lengths[i] real tokens on the left of row i."""
+    return torch.arange(n, device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]
