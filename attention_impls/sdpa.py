@@ -24,7 +24,7 @@ _MASK_BIAS = -30000.0  # representable in fp16/bf16; exp(-30000) is 0 in every f
 
 
 class _SDPA(AttentionBackend):
-    """Shared body of the pinned SDPA backends. Option `mask_mode`: 'attn_mask' or 'bias_column' (default per kernel)."""
+    """Shared body of the pinned SDPA backends. Option `mask_mode`: 'attn_mask' or 'bias_column'."""
 
     sdp_backend: ClassVar[SDPBackend]
     default_mask_mode: ClassVar[str] = "attn_mask"
