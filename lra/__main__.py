@@ -1,0 +1,3 @@
+from lra.cli import main
+
+raise SystemExit(main())

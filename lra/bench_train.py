@@ -1,0 +1,139 @@
+"""`lra bench train`: time training steps of a task's model for several backends in one process.
+
+Per backend: build the task's model, run warm-up steps, then time `steps` training steps (forward, backward,
+optimizer) on real batches of the task with CUDA events (wall clock on CPU) and take the median. Stores steps/s,
+tokens/s, peak memory and the speed-up over `naive` measured in the same run. A backend that runs out of memory is
+recorded with status "oom", one that cannot run here with "unsupported: why"; neither is dropped.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from attention_impls import why_cannot_run
+from lra.batches import batch_indices, to_batch
+from lra.config import config_hash, head_dim_of, load_config
+from lra.model import build_model
+from lra.progress import make_progress
+from lra.results import environment
+from lra.train import _autocast, resolve_device
+from tasks import build_task
+
+
+def _time_steps(model, optimizer, split, cfg, device, steps: int, warmup: int) -> list[float]:
+    t = cfg["train"]
+    times = []
+    for i in range(warmup + steps):
+        idx = batch_indices(i, len(split), t["batch_size"], t["seed"])
+        tokens, labels = to_batch(split, idx, device)
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        else:
+            t0 = time.perf_counter()
+        with _autocast(device, t["amp"]):
+            logits = model(tokens)
+        loss = F.cross_entropy(logits.float(), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if device.type == "cuda":
+            end.record()
+            end.synchronize()
+            ms = start.elapsed_time(end)
+        else:
+            ms = (time.perf_counter() - t0) * 1e3
+        if i >= warmup:
+            times.append(ms)
+    return times
+
+
+def bench_train(
+    task_name: str,
+    backends: list[str],
+    preset: str | None = None,
+    overrides: list[str] | None = None,
+    seqs: list[int] | None = None,
+    steps: int = 20,
+    warmup: int = 5,
+    device: str | None = None,
+    data_dir: str | None = None,
+) -> list[dict[str, Any]]:
+    """One record per (backend, sequence length); speed-up over naive where naive ran at the same length."""
+    dev = resolve_device(device)
+    env = environment(dev)
+    records = []
+    lengths = seqs or [None]
+    with make_progress() as progress:
+        bar = progress.add_task(f"bench train {task_name}", total=len(lengths) * len(backends))
+        for seq in lengths:
+            extra = [f"data.max_length={seq}"] if seq else []
+            cfg = load_config(task_name, preset, list(overrides or []) + extra)
+            task = build_task(cfg["task"], data_dir=data_dir, **cfg["data"])
+            split = task.load("train")
+            seq_tokens = task.seq_len * (2 if task.pair else 1)
+            for backend in backends:
+                progress.update(bar, description=f"bench train {task_name} N={task.seq_len} {backend}")
+                rec: dict[str, Any] = {
+                    "kind": "bench_train",
+                    "task": cfg["task"],
+                    "backend": backend,
+                    "preset": cfg["preset"],
+                    "seq_len": task.seq_len,
+                    "batch_size": cfg["train"]["batch_size"],
+                    "config": cfg,
+                    "config_hash": config_hash(cfg),
+                    "timed_steps": steps,
+                    **env,
+                }
+                reason = why_cannot_run(backend, dev, None, head_dim_of(cfg))
+                if reason:
+                    rec.update(status=f"unsupported: {reason}", metrics={})
+                else:
+                    rec.update(_measure(cfg, task, split, backend, dev, steps, warmup, seq_tokens))
+                records.append(rec)
+                progress.advance(bar)
+    for rec in records:
+        base = next(
+            (r for r in records if r["backend"] == "naive" and r["seq_len"] == rec["seq_len"] and r["status"] == "ok"),
+            None,
+        )
+        if rec["status"] == "ok" and base is not None:
+            rec["metrics"]["speedup_vs_naive"] = rec["metrics"]["steps_per_s"] / base["metrics"]["steps_per_s"]
+    return records
+
+
+def _measure(cfg, task, split, backend, dev, steps, warmup, seq_tokens) -> dict[str, Any]:
+    torch.manual_seed(cfg["train"]["seed"])
+    model = optimizer = None
+    try:
+        model = build_model(cfg, task.vocab_size, task.seq_len, task.num_classes, task.pair, backend).to(dev)
+        model.train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(dev)
+        times = _time_steps(model, optimizer, split, cfg, dev, steps, warmup)
+        ms = statistics.median(times)
+        sps = 1e3 / ms
+        return {
+            "status": "ok",
+            "metrics": {
+                "ms_per_step": ms,
+                "steps_per_s": sps,
+                "tokens_per_s": sps * cfg["train"]["batch_size"] * seq_tokens,
+                "peak_mem_mb": torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None,
+                "ms_spread": [min(times), max(times)],
+            },
+        }
+    except torch.OutOfMemoryError:
+        return {"status": "oom", "metrics": {}}
+    finally:
+        del model, optimizer
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()

@@ -1,0 +1,134 @@
+"""`lra bench attention|train` and `lra numerics forward|weights`: argument parsing and record storage."""
+
+from __future__ import annotations
+
+import argparse
+
+from lra.progress import console
+
+
+def _csv(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    out = []
+    for x in _csv(text):
+        x = x.lower()
+        mult = 1024 if x.endswith("k") else 1
+        out.append(int(x.rstrip("k")) * mult)
+    return out
+
+
+def _store(records, results) -> None:
+    from lra.results import save_record
+
+    for rec in records:
+        save_record(rec, results)
+    console.print(f"stored {len(records)} record(s) in the results store")
+
+
+def cmd_bench_train(args) -> int:
+    from rich.table import Table
+
+    from lra.bench_train import bench_train
+
+    recs = bench_train(
+        args.task,
+        _csv(args.attn),
+        preset=args.preset,
+        overrides=args.overrides,
+        seqs=_ints(args.seq) if args.seq else None,
+        steps=args.steps,
+        warmup=args.warmup,
+        device=args.device,
+        data_dir=args.data_dir,
+    )
+    t = Table(title=f"bench train {args.task}")
+    for col in ("backend", "seq", "status", "ms/step", "steps/s", "tokens/s", "peak MB", "vs naive"):
+        t.add_column(col)
+    for r in recs:
+        m = r["metrics"]
+        t.add_row(
+            r["backend"],
+            str(r["seq_len"]),
+            r["status"][:60],
+            f"{m['ms_per_step']:.1f}" if m else "-",
+            f"{m['steps_per_s']:.2f}" if m else "-",
+            f"{m['tokens_per_s']:,.0f}" if m else "-",
+            f"{m['peak_mem_mb']:,.0f}" if m and m.get("peak_mem_mb") else "-",
+            f"{m['speedup_vs_naive']:.2f}x" if m.get("speedup_vs_naive") else "-",
+        )
+    console.print(t)
+    if not args.no_record:
+        _store(recs, args.results)
+    return 0
+
+
+def cmd_bench_attention(args) -> int:
+    import torch
+
+    from lra.bench_attention import bench_attention, format_attention_table
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+    kwargs = {}
+    if args.layout:
+        kwargs["layout"] = args.layout
+    if args.heads:
+        kwargs["heads"] = args.heads
+    rows = bench_attention(
+        _csv(args.attn),
+        _ints(args.seq),
+        _ints(args.head_dim),
+        dtype,
+        batch_tokens=args.batch_tokens,
+        modes=tuple(_csv(args.modes)),
+        device=args.device,
+        **kwargs,
+    )
+    console.print(format_attention_table(rows))
+    if not args.no_record:
+        from lra.results import environment
+
+        env = environment(args.device)
+        _store([{"kind": "bench_attention", **env, **r} for r in rows], args.results)
+    return 0
+
+
+def add_bench(sub) -> None:
+    p = sub.add_parser("bench", help="benchmarks: attention kernels, training steps")
+    bsub = p.add_subparsers(dest="bench_cmd", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--device", default="cuda", help="device (default cuda)")
+    common.add_argument("--results", default=None, metavar="DIR", help="results store (default: leaderboard/results)")
+    common.add_argument("--no-record", action="store_true", help="print only; store nothing")
+
+    a = bsub.add_parser("attention", parents=[common], help="forward and forward+backward time, TFLOP/s, memory")
+    a.add_argument("--attn", required=True, help="comma-separated backends, e.g. flash,sdpa_flash,naive")
+    a.add_argument("--seq", default="1024,4096,16384", help="comma-separated lengths (4k style allowed)")
+    a.add_argument("--head-dim", default="64", help="comma-separated head dims")
+    a.add_argument("--heads", type=int, default=None, help="heads (default 8 at head dim 64, else 512/head_dim)")
+    a.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
+    a.add_argument("--batch-tokens", type=int, default=131072, help="batch * seq (default 131072)")
+    a.add_argument("--modes", default="fwd,fwd_bwd")
+    a.add_argument("--layout", default=None, help="block-sparse layout for sparse backends, e.g. butterfly")
+    a.set_defaults(func=cmd_bench_attention)
+
+    t = bsub.add_parser("train", parents=[common], help="training steps/s, tokens/s, memory, speed-up vs naive")
+    t.add_argument("task")
+    t.add_argument("--attn", required=True, help="comma-separated backends, e.g. naive,flash,sdpa_flash")
+    t.add_argument("--preset", default=None)
+    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    t.add_argument("--seq", default=None, help="sweep data.max_length, e.g. 1024,2048,4096")
+    t.add_argument("--steps", type=int, default=20, help="timed steps per backend (median reported)")
+    t.add_argument("--warmup", type=int, default=5)
+    t.add_argument("--data-dir", default=None)
+    t.set_defaults(func=cmd_bench_train)
+
+
+def add_numerics(sub) -> None:
+    try:
+        from lra.numerics_cli import add_numerics_parser
+    except ImportError:
+        return
+    add_numerics_parser(sub)

@@ -1,0 +1,79 @@
+"""torch.distributed glue: rank/world from the launcher's environment, DDP wrapping, metric reduction.
+
+Single-process runs go through the same calls, which then do nothing.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as td
+
+
+def is_initialized() -> bool:
+    return td.is_available() and td.is_initialized()
+
+
+def rank() -> int:
+    return td.get_rank() if is_initialized() else 0
+
+
+def world_size() -> int:
+    return td.get_world_size() if is_initialized() else 1
+
+
+def local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def is_main() -> bool:
+    return rank() == 0
+
+
+def wrap(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """DistributedDataParallel around `model` when several processes run, else the model itself."""
+    if world_size() == 1:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    if world_size() > 1:
+        t = t.clone()
+        td.all_reduce(t)
+    return t
+
+
+def init_from_env(device: str | None = None) -> None:
+    """Join the process group the launcher (torchrun, `lra run --nproc`) describes; nothing for one process.
+
+    NCCL on CUDA, gloo on CPU.
+    """
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or is_initialized():
+        return
+    use_cuda = torch.cuda.is_available() and (device is None or not str(device).startswith("cpu"))
+    if use_cuda:
+        torch.cuda.set_device(local_rank())
+    td.init_process_group(backend="nccl" if use_cuda else "gloo")
+
+
+def shutdown() -> None:
+    if is_initialized():
+        td.destroy_process_group()
+
+
+def broadcast_object(obj):
+    """Rank 0's value of `obj` on every rank (e.g. a run directory named after the time)."""
+    if world_size() == 1:
+        return obj
+    box = [obj]
+    td.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def barrier() -> None:
+    if world_size() > 1:
+        td.barrier()
