@@ -13,6 +13,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,10 +116,12 @@ def train(
     results_store: str | os.PathLike[str] | None = None,
     stop_after: int | None = None,
     save_result: bool = True,
+    on_eval: Callable[[int, torch.nn.Module], None] | None = None,
 ) -> dict[str, Any]:
     """Train and test `backend` on `config`'s task. Returns the summary (also written to the run directory).
 
     `stop_after` ends the process's work after that many steps as a kill would (tests of `resume`).
+    `on_eval(step, model)` is called at every evaluation (the numerics study snapshots weights there).
     """
     dev = resolve_device(device)
     head_dim = head_dim_of(config)
@@ -290,6 +293,8 @@ def train(
                 for thr in t["acc_thresholds"]:
                     if val["acc"] >= thr and str(thr) not in state.thresholds:
                         state.thresholds[str(thr)] = round(state.train_time, 3)
+                if on_eval is not None:
+                    on_eval(state.step, model)
                 if val["acc"] > state.best_val_acc:
                     state.best_val_acc, state.best_step = val["acc"], state.step
                     if dist.is_main():
