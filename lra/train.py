@@ -248,7 +248,8 @@ def train(
 
             at_eval = state.step % t["eval_every"] == 0 or state.step == t["steps"]
             if state.step % t["log_every"] == 0 or at_eval or state.step % ckpt_every == 0:
-                mean_loss = loss_sum.item() / window_steps
+                totals = dist.all_reduce_sum(torch.stack([loss_sum, correct_sum, loss_sum.new_tensor(float(seen))]))
+                mean_loss = totals[0].item() / (window_steps * world)
                 if not math.isfinite(mean_loss):
                     raise NonFiniteLossError(
                         f"the training loss became {mean_loss} between steps {state.step - window_steps + 1} and "
@@ -264,7 +265,7 @@ def train(
                 sps = window_steps / dt if dt > 0 else 0.0
                 stats.update(
                     loss=mean_loss,
-                    acc=correct_sum.item() / max(seen, 1),
+                    acc=totals[1].item() / max(totals[2].item(), 1),
                     sps=sps,
                     tps=sps * t["batch_size"] * seq_tokens,
                 )
@@ -310,6 +311,7 @@ def train(
             if state.step % ckpt_every == 0 or state.step == t["steps"]:
                 checkpoint()
 
+    dist.barrier()  # rank 0 has written the final checkpoints
     best = load_checkpoint(run_dir / BEST, map_location=dev) if (run_dir / BEST).is_file() else None
     if best is not None:
         model.load_state_dict(best["model"])

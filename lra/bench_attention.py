@@ -1,0 +1,279 @@
+"""Attention benchmark: every backend timed in the same process on the same shapes, forward and forward+backward.
+
+`bench_attention(...)` returns one row per (backend, head dim, sequence length, mode): milliseconds (median of
+CUDA-event timings after warm-up, fresh random non-zero inputs), TFLOP/s (forward 4*B*H*N^2*D, backward 2.5x the
+forward, both times the layout density for block-sparse backends), peak memory, and a status: "ok", "oom" (recorded,
+not raised) or "unsupported: why". `format_attention_table(rows)` renders them with each backend's speed-up over
+every peer at the same shape. Shapes follow DESIGN.md section 8: batch = batch_tokens // seq, heads = 512 // head_dim
+(8 at head dim 64) unless given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+
+from attention_impls.registry import BACKENDS, backend_options, build_attention, why_cannot_run
+from lra.progress import make_progress
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
+MODES = ("fwd", "fwd_bwd")
+BWD_FACTOR = 2.5  # backward FLOPs per forward FLOP (FlashAttention paper's convention)
+
+
+def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """'bf16' / 'fp16' / 'fp32' / 'fp64' (or a torch dtype) to a torch dtype."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    try:
+        return DTYPES[dtype.lower().replace("float", "fp").replace("bfp", "bf")]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}") from None
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return {v: k for k, v in DTYPES.items()}[dtype]
+
+
+def attention_flops(batch: int, heads: int, seq: int, head_dim: int, mode: str, density: float = 1.0) -> float:
+    """FLOPs of one call: forward 4*B*H*N^2*D; forward+backward (1 + 2.5) times that; times the layout density."""
+    fwd = 4.0 * batch * heads * seq * seq * head_dim * density
+    return fwd if mode == "fwd" else fwd * (1.0 + BWD_FACTOR)
+
+
+def _time_ms(fn: Callable[[], Any], device: str, warmup_ms: float, rep_ms: float, grads: list[torch.Tensor]) -> float:
+    if device == "cuda":
+        import triton.testing
+
+        return float(
+            triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grads, return_mode="median")
+        )
+    times = []  # CPU: wall clock, median of a few runs (tests and tiny sweeps)
+    deadline = time.perf_counter() + rep_ms / 1000.0
+    while len(times) < 3 or (time.perf_counter() < deadline and len(times) < 50):
+        for g in grads:
+            g.grad = None
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1000.0)
+    return statistics.median(times)
+
+
+def _is_oom(err: BaseException) -> bool:
+    if isinstance(err, torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(err, (RuntimeError, MemoryError)) and "out of memory" in str(err).lower()
+
+
+def bench_attention(
+    backends: Sequence[str],
+    seqs: Iterable[int],
+    head_dims: Iterable[int],
+    dtype: str | torch.dtype = "bf16",
+    batch_tokens: int = 131072,
+    heads: int | None = None,
+    modes: Sequence[str] = MODES,
+    layout: Any = None,
+    device: str = "cuda",
+    options: dict[str, dict[str, Any]] | None = None,
+    warmup_ms: float = 25.0,
+    rep_ms: float = 100.0,
+    batch: int | None = None,
+) -> list[dict[str, Any]]:
+    """Time each backend at each (head dim, seq, mode) in this process; one row per measurement (see module doc).
+
+    `layout` goes to every backend that takes a `layout` option (block-sparse ones); `options` maps a backend name to
+    extra options; `batch` overrides batch_tokens // seq (e.g. the Pathfinder shape B=512 at N=1024).
+    """
+    dt = parse_dtype(dtype)
+    modes = tuple(modes)
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        raise ValueError(f"unknown mode(s) {bad}; use {MODES}")
+    for name in backends:
+        BACKENDS.get(name)  # unknown names fail here, listing the known ones
+    seqs, head_dims = list(seqs), list(head_dims)
+    dev_name = torch.cuda.get_device_name() if device == "cuda" and torch.cuda.is_available() else device
+    rows: list[dict[str, Any]] = []
+    total = len(seqs) * len(head_dims) * len(backends) * len(modes)
+    with make_progress() as progress:
+        task = progress.add_task("bench attention", total=total)
+        for d in head_dims:
+            h = heads if heads is not None else max(1, 512 // d)
+            for n in seqs:
+                b = batch if batch is not None else max(1, batch_tokens // n)
+                for name in backends:
+                    for mode in modes:
+                        progress.update(task, description=f"{name} N={n} D={d} {mode}")
+                        row = _bench_one(name, n, d, h, b, dt, mode, layout, device, options, warmup_ms, rep_ms)
+                        row["device"] = dev_name
+                        rows.append(row)
+                        progress.advance(task)
+    return rows
+
+
+def _bench_one(name, n, d, h, b, dt, mode, layout, device, options, warmup_ms, rep_ms) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "backend": name,
+        "seq": n,
+        "head_dim": d,
+        "heads": h,
+        "batch": b,
+        "dtype": dtype_name(dt),
+        "mode": mode,
+        "ms": None,
+        "tflops": None,
+        "peak_mem_mb": None,
+        "density": 1.0,
+        "layout": None,
+        "status": "ok",
+    }
+    reason = why_cannot_run(name, device, dt, d)
+    if reason is not None:
+        row["status"] = f"unsupported: {reason}"
+        return row
+    opts = dict((options or {}).get(name, {}))
+    if layout is not None and "layout" in backend_options(BACKENDS.get(name)):
+        opts["layout"] = layout
+        row["layout"] = layout if isinstance(layout, str) else json.dumps(layout, default=str)
+    tensors: list[torch.Tensor] = []
+    try:
+        attn = build_attention(name, heads=h, head_dim=d, seq_len=n, options=opts).to(device)
+        attn.train(mode == "fwd_bwd")
+        density = float(attn.density(n)) if callable(getattr(attn, "density", None)) else 1.0
+        row["density"] = density
+        gen = torch.Generator(device=device).manual_seed(torch.seed() % 2**31)
+        q, k, v = (torch.randn(b, h, n, d, device=device, dtype=dt, generator=gen) for _ in range(3))
+        tensors = [q, k, v]
+        if mode == "fwd":
+
+            def fn():
+                with torch.no_grad():
+                    attn(q, k, v)
+
+            grads: list[torch.Tensor] = []
+        else:
+            for t in tensors:
+                t.requires_grad_(True)
+            dout = torch.randn(b, h, n, d, device=device, dtype=dt, generator=gen)
+            tensors.append(dout)
+
+            def fn():
+                attn(q, k, v).backward(dout)
+
+            grads = [q, k, v]
+        if device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        fn()  # warm-up: compiles (Triton, torch.compile) and measures memory
+        if device == "cuda":
+            torch.cuda.synchronize()
+            row["peak_mem_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+        ms = _time_ms(fn, device, warmup_ms, rep_ms, grads)
+        row["ms"] = float(f"{ms:.5g}")
+        row["tflops"] = float(f"{attention_flops(b, h, n, d, mode, density) / (ms * 1e-3) / 1e12:.4g}")
+    except Exception as err:  # noqa: BLE001 - a benchmark row records the failure and the sweep goes on
+        if _is_oom(err):
+            row["status"] = "oom"
+        else:
+            row["status"] = f"error: {type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+    finally:
+        del tensors
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return row
+
+
+def peer_ratios(rows: Sequence[dict[str, Any]]) -> dict[tuple, dict[str, float]]:
+    """For each measured row, its speed-up over every other backend at the same shape: peer_ms / ms."""
+    groups: dict[tuple, dict[str, float]] = {}
+    for r in rows:
+        if r.get("status") == "ok" and r.get("ms"):
+            key = (r["seq"], r["head_dim"], r["heads"], r["batch"], r["dtype"], r["mode"])
+            groups.setdefault(key, {})[r["backend"]] = r["ms"]
+    out: dict[tuple, dict[str, float]] = {}
+    for key, times in groups.items():
+        for name, ms in times.items():
+            out[(name, *key)] = {peer: round(pms / ms, 3) for peer, pms in times.items() if peer != name}
+    return out
+
+
+def format_attention_table(rows: Sequence[dict[str, Any]], title: str = "attention benchmark"):
+    """A rich Table of the rows, with each backend's speed-up over its peers (x > 1: faster than that peer)."""
+    from rich.table import Table
+
+    ratios = peer_ratios(rows)
+    table = Table(title=title)
+    for col in ("backend", "N", "D", "H", "B", "dtype", "mode", "density", "ms", "TFLOP/s", "peak MB", "vs peers"):
+        table.add_column(col, justify="left" if col in ("backend", "mode", "vs peers", "dtype") else "right")
+    order = sorted(rows, key=lambda r: (r["head_dim"], r["seq"], r["mode"], r["backend"]))
+    for r in order:
+        key = (r["backend"], r["seq"], r["head_dim"], r["heads"], r["batch"], r["dtype"], r["mode"])
+        vs = ", ".join(f"{p} {x:.2f}x" for p, x in sorted(ratios.get(key, {}).items()))
+        ok = r["status"] == "ok"
+        table.add_row(
+            r["backend"],
+            str(r["seq"]),
+            str(r["head_dim"]),
+            str(r["heads"]),
+            str(r["batch"]),
+            r["dtype"],
+            r["mode"],
+            f"{r.get('density', 1.0):.3f}",
+            f"{r['ms']:.3f}" if ok else "-",
+            f"{r['tflops']:.1f}" if ok else "-",
+            f"{r['peak_mem_mb']:.0f}" if ok and r.get("peak_mem_mb") is not None else "-",
+            vs if ok else r["status"][:60],
+        )
+    return table
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """`python -m lra.bench_attention --attn flash,sdpa_flash --seq 1024,4096 --head-dim 64 [--out rows.json]`."""
+    from rich.console import Console
+
+    from lra.atomic import write_json
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--attn", required=True, help="comma-separated backend names")
+    ap.add_argument("--seq", default="1024,4096,16384", help="comma-separated sequence lengths")
+    ap.add_argument("--head-dim", default="64")
+    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--heads", type=int, default=None)
+    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--batch-tokens", type=int, default=131072)
+    ap.add_argument("--modes", default="fwd,fwd_bwd")
+    ap.add_argument("--layout", default=None, help="layout for block-sparse backends, e.g. butterfly or local,global")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--out", default=None, help="write the rows as JSON here")
+    a = ap.parse_args(argv)
+    layout = None
+    if a.layout:
+        parts = a.layout.split(",")
+        layout = parts[0] if len(parts) == 1 else parts
+    rows = bench_attention(
+        a.attn.split(","),
+        [int(x) for x in a.seq.split(",")],
+        [int(x) for x in a.head_dim.split(",")],
+        a.dtype,
+        batch_tokens=a.batch_tokens,
+        heads=a.heads,
+        modes=a.modes.split(","),
+        layout=layout,
+        device=a.device,
+        batch=a.batch,
+    )
+    Console(width=200).print(format_attention_table(rows))
+    if a.out:
+        write_json(a.out, rows)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
