@@ -25,6 +25,9 @@ def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + suffix, dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp makes 0600; give the file the mode a plain open() would
     try:
         yield tmp_path
         if tmp_path.is_file():

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from lra.progress import console
+from lra.progress import console, out
 
 EPILOG = """examples:
   lra run listops --attn naive --preset tiny      a CPU-sized run in a couple of minutes
@@ -105,14 +105,14 @@ def cmd_list(args) -> int:
     for name, cls in TASKS.items():
         presets = ", ".join(presets_of(name)) if name in configs else "(no config)"
         t.add_row(name, str(cls.num_classes), cls.description or (cls.__doc__ or "").strip().split("\n")[0], presets)
-    console.print(t)
+    out.print(t)
     b = Table(title=f"attention backends (runs here = on {device})")
     for col in ("backend", "capabilities", f"runs here ({device})"):
         b.add_column(col)
     for name, cls in BACKENDS.items():
         reason = why_cannot_run(name, device)
         b.add_row(name, cls.capabilities.summary(), "yes" if reason is None else f"no: {reason}")
-    console.print(b)
+    out.print(b)
     return 0
 
 
@@ -135,7 +135,7 @@ def cmd_data(args) -> int:
         for name in names:
             cfg = load_config(name, args.preset, args.overrides)
             task = build_task(cfg["task"], data_dir=args.data_dir, **cfg["data"])
-            console.print_json(json.dumps(task.info(), default=str))
+            out.print_json(json.dumps(task.info(), default=str))
         return 0
     cfg = load_config(args.task, args.preset, args.overrides)
     task = build_task(cfg["task"], data_dir=args.data_dir, **cfg["data"])

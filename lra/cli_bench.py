@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from lra.progress import console
+from lra.progress import console, out
 
 
 def _csv(text: str) -> list[str]:
@@ -59,7 +59,7 @@ def cmd_bench_train(args) -> int:
             f"{m['peak_mem_mb']:,.0f}" if m and m.get("peak_mem_mb") else "-",
             f"{m['speedup_vs_naive']:.2f}x" if m.get("speedup_vs_naive") else "-",
         )
-    console.print(t)
+    out.print(t)
     if not args.no_record:
         _store(recs, args.results)
     return 0
@@ -86,7 +86,7 @@ def cmd_bench_attention(args) -> int:
         device=args.device,
         **kwargs,
     )
-    console.print(format_attention_table(rows))
+    out.print(format_attention_table(rows))
     if not args.no_record:
         from lra.results import environment
 

@@ -14,8 +14,9 @@ tensors' value distributions (exact: the mean of |sort(W_A) - sort(W_B)|). Contr
 seeds, and `naive` in bf16 autocast against `naive` in fp32. The ratio of the slopes of these curves over steps is the
 paper's second figure (flash 2-5x below low-precision training).
 
-A backend whose output is attention restricted to a pattern (block-sparse layouts) exposes it through a method
-`token_mask(seq_q, seq_k) -> bool (heads or 1, seq_q, seq_k)`; its golden is then the naive attention under that mask.
+A backend whose output is attention restricted to a pattern exposes it through a method `token_mask(seq_q, seq_k)`
+-> bool (heads or 1, seq_q, seq_k), or, like block_sparse_flash, through `layout(seq_q, seq_k)` and `block`; its
+golden is then the naive attention under that mask (and so are the fp32/low-precision naive controls).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import contextlib
 import copy
 import hashlib
 import math
+import os
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterator
@@ -93,9 +95,14 @@ def has_tile_options(name: str) -> bool:
 
 def effective_tiles(attn: torch.nn.Module, dtype: torch.dtype, device: torch.device) -> tuple[int, int] | None:
     """The (block_m, block_n) a tiled backend actually uses for `dtype` on `device`, or None if it has no tiles."""
+    if callable(getattr(attn, "use_kernel", None)) and not attn.use_kernel(device):
+        return None  # the PyTorch fallback ran: no tiles
     tiles_of = getattr(attn, "tiles", None)
     if callable(tiles_of):
         t = tiles_of(dtype, device.type)
+        block = getattr(attn, "block", None)
+        if isinstance(block, int):  # block-sparse kernels clamp their tiles to the layout block
+            return min(int(t.block_m), block), min(int(t.block_n), block)
         return int(t.block_m), int(t.block_n)
     bm, bn = getattr(attn, "block_m", None), getattr(attn, "block_n", None)
     if isinstance(bm, int) and isinstance(bn, int):
@@ -221,6 +228,9 @@ class ForwardSpec:
                 raise ValueError(f"{key} must be a positive integer, got {getattr(self, key)!r}")
         if not self.seqs or min(self.seqs) < 1:
             raise ValueError(f"sequence lengths must be positive integers, got {self.seqs}")
+        dev = torch.device(self.device)
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("--device cuda was asked for but torch.cuda.is_available() is False; use --device cpu")
         unknown = sorted(set(self.options) - set(self.backends))
         if unknown:
             raise ValueError(f"options given for backend(s) not studied: {', '.join(unknown)}")
@@ -235,6 +245,7 @@ class _Acc:
     ctrl_naive: list[float] = field(default_factory=list)
     status: str = "ok"
     tiles_used: tuple[int, int] | None = None
+    impl: str | None = None  # backends with a kernel and a PyTorch fallback: which one ran
 
 
 def _std(xs: list[float]) -> float:
@@ -245,6 +256,8 @@ def _row(key: tuple[str, str, str, int], acc: _Acc, numel: int) -> dict[str, Any
     backend, tiles, dtype, seq = key
     row: dict[str, Any] = {"backend": backend, "tiles": tiles, "dtype": dtype, "seq": seq, "status": acc.status}
     row["tiles_used"] = tiles_label(acc.tiles_used) if acc.tiles_used else None
+    if acc.impl:
+        row["impl"] = acc.impl
     if acc.status != "ok" or not acc.draws:
         return row
     maxes = [d.max for d in acc.draws]
@@ -276,10 +289,17 @@ def _mask_key(mask: torch.Tensor | None) -> str | None:
 
 
 def _token_mask(attn: torch.nn.Module, seq: int, device: torch.device) -> torch.Tensor | None:
+    """The allowed (query, key) pairs of a pattern-restricted backend: its `token_mask(nq, nk)`, or its block
+    `layout(nq, nk)` expanded by its `block` size (block_sparse_flash and its presets); None for dense backends."""
     fn = getattr(attn, "token_mask", None)
-    if not callable(fn):
+    if callable(fn):
+        mask = fn(seq, seq)
+    elif callable(getattr(attn, "layout", None)) and isinstance(getattr(attn, "block", None), int):
+        from attention_impls.layouts import layout_token_mask
+
+        mask = layout_token_mask(attn.layout(seq, seq), attn.block, seq, seq)
+    else:
         return None
-    mask = fn(seq, seq)
     return None if mask is None else mask.to(device=device, dtype=torch.bool)
 
 
@@ -311,9 +331,7 @@ def forward_study(spec: ForwardSpec) -> list[dict[str, Any]]:
         bar = progress.add_task("numerics forward", total=total, what="")
         for seq in spec.seqs:
             numel[seq] = spec.batch * spec.heads * seq * spec.head_dim
-            built: dict[tuple[str, tuple[int, int] | None], Any] = {}
-            for name, tiles in cells:
-                built[(name, tiles)] = _build(name, tiles, spec, seq)
+            built = {cell: _build(*cell, spec, seq) for cell in cells}
             for draw in range(spec.draws):
                 q64, k64, v64 = (
                     x.to(device)
@@ -322,41 +340,20 @@ def forward_study(spec: ForwardSpec) -> list[dict[str, Any]]:
                 for dname in spec.dtypes:
                     dtype = DTYPES[dname]
                     q, k, v = q64.to(dtype), k64.to(dtype), v64.to(dtype)
-                    refs: dict[str | None, dict[str, torch.Tensor]] = {}
+                    refs: dict[str | None, dict[str, Any]] = {}
                     for name, tiles in cells:
                         key = (name, tiles_label(tiles) if has_tile_options(name) else "-", dname, seq)
-                        acc = accs[key]
                         progress.update(bar, what=f"{name} {key[1]} {dname} N={seq} draw {draw + 1}/{spec.draws}")
-                        attn = built[(name, tiles)]
-                        if acc.status == "ok" and isinstance(attn, str):
-                            acc.status = attn
+                        acc, cell = accs[key], built[(name, tiles)]
+                        if acc.status == "ok" and isinstance(cell, str):
+                            acc.status = cell
                         if acc.status == "ok":
                             reason = why_cannot_run(name, device, dtype, spec.head_dim)
-                            if reason:
-                                acc.status = f"skipped: {reason}"
-                        if acc.status != "ok":
-                            progress.advance(bar)
-                            continue
-                        try:
-                            mask = _token_mask(attn, seq, device)
-                            mkey = _mask_key(mask)
-                            if mkey not in refs:
-                                refs[mkey] = _references(q, k, v, dname, attn.scale, mask)
-                            out = _call(attn, q, k, v, dtype)
-                        except torch.cuda.OutOfMemoryError:
-                            acc.status = "oom"
-                            torch.cuda.empty_cache()
-                        except Exception as e:  # one failing cell is a row of the study, not the end of it
-                            acc.status = f"error: {type(e).__name__}: {e}"
-                            console.print(f"[yellow]{name} {dname} N={seq}:[/] {acc.status}")
-                        else:
-                            r = refs[mkey]
-                            acc.tiles_used = effective_tiles(attn, dtype, device)
-                            acc.draws.append(deviation(out, r["golden"]))
-                            if "naive32" in r:
-                                acc.ctrl_backend.append(deviation(out, r["naive32"]).max)
-                                acc.ctrl_naive.append(r["ctrl_naive"])
-                            del out
+                            acc.status = f"skipped: {reason}" if reason else "ok"
+                        if acc.status == "ok":
+                            _measure(acc, cell, q, k, v, refs, device)
+                            if acc.status != "ok":
+                                console.print(f"[yellow]{name} {key[1]} {dname} N={seq}:[/] {acc.status}")
                         progress.advance(bar)
                     del refs
     rows = [_row(key, acc, numel[key[3]]) for key, acc in accs.items()]
@@ -364,16 +361,56 @@ def forward_study(spec: ForwardSpec) -> list[dict[str, Any]]:
     return rows
 
 
-def _build(name: str, tiles: tuple[int, int] | None, spec: ForwardSpec, seq: int):
-    """The backend module for one cell, or a status string when it cannot be built."""
+@dataclass
+class _Cell:
+    """A built backend with the allowed-pairs mask of its golden (None: dense) and that mask's cache key."""
+
+    attn: torch.nn.Module
+    mask: torch.Tensor | None
+    mask_key: str | None
+
+
+def _build(name: str, tiles: tuple[int, int] | None, spec: ForwardSpec, seq: int) -> _Cell | str:
+    """The backend for one (backend, tiles) cell at length `seq`, or a status string when it cannot be built."""
     options = dict(spec.options.get(name, {}))
     if tiles is not None:
         options.update(block_m=tiles[0], block_n=tiles[1])
     try:
         attn = build_attention(name, heads=spec.heads, head_dim=spec.head_dim, seq_len=seq, options=options)
+        attn = attn.to(spec.device).eval()
+        mask = _token_mask(attn, seq, torch.device(spec.device))
     except Exception as e:  # e.g. a tile shape the kernel refuses: the row says why
         return f"error: {type(e).__name__}: {e}"
-    return attn.to(spec.device).eval()
+    return _Cell(attn, mask, _mask_key(mask))
+
+
+def _measure(acc: _Acc, cell: _Cell, q, k, v, refs: dict[str | None, dict[str, Any]], device: torch.device) -> None:
+    """One draw of one cell: references (shared by cells with the same mask), the backend's output, its figures."""
+    dname = dtype_name(q.dtype)
+    try:
+        if cell.mask_key not in refs:
+            refs[cell.mask_key] = _references(q, k, v, dname, cell.attn.scale, cell.mask)
+    except torch.cuda.OutOfMemoryError:
+        acc.status = "oom: the naive references (fp64 golden) did not fit"
+        torch.cuda.empty_cache()
+        return
+    try:
+        out = _call(cell.attn, q, k, v, q.dtype)
+    except torch.cuda.OutOfMemoryError:
+        acc.status = "oom"
+        torch.cuda.empty_cache()
+        return
+    except Exception as e:  # one failing cell is a row of the study, not the end of it
+        acc.status = f"error: {type(e).__name__}: {e}"
+        return
+    r = refs[cell.mask_key]
+    acc.tiles_used = effective_tiles(cell.attn, q.dtype, device)
+    if callable(getattr(cell.attn, "use_kernel", None)):
+        acc.impl = "kernel" if cell.attn.use_kernel(device) else "fallback"
+    acc.draws.append(deviation(out, r["golden"]))
+    if "naive32" in r:
+        acc.ctrl_backend.append(deviation(out, r["naive32"]).max)
+        acc.ctrl_naive.append(r["ctrl_naive"])
 
 
 def _call(attn: torch.nn.Module, q, k, v, dtype: torch.dtype) -> torch.Tensor:
@@ -527,24 +564,32 @@ def plot_forward(rows: list[dict[str, Any]], path: str | Path) -> Path | None:
     dtypes = [d for d in DTYPES if any(r["dtype"] == d for r in ok)]
     if not dtypes:
         return None
+
+    def label(r: dict[str, Any]) -> str:
+        return r["backend"] if r["tiles"] in ("-", DEFAULT_TILES) else f"{r['backend']} {r['tiles']}"
+
+    labels = sorted({label(r) for r in ok})
+    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
+    colors = {lab: cmap(i % cmap.N) for i, lab in enumerate(labels)}
     fig, axes = plt.subplots(1, len(dtypes), figsize=(4.5 * len(dtypes), 4), squeeze=False)
     for ax, d in zip(axes[0], dtypes):
         lines: dict[str, list[tuple[int, float, float]]] = defaultdict(list)
         for r in ok:
             if r["dtype"] == d:
-                label = r["backend"] if r["tiles"] in ("-", DEFAULT_TILES) else f"{r['backend']} {r['tiles']}"
-                lines[label].append((r["seq"], r["max_mean"], r["max_std"]))
-        for label, pts in sorted(lines.items()):
+                lines[label(r)].append((r["seq"], r["max_mean"], r["max_std"]))
+        for lab, pts in sorted(lines.items()):
             pts.sort()
-            ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", label=label)
+            xs, ys, es = [p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts]
+            ax.errorbar(xs, ys, yerr=es, marker="o", color=colors[lab], label=lab, capsize=2)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length")
         ax.set_ylabel("max |out - golden| (mean over draws)")
         ax.set_title(d)
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
+    handles = [plt.Line2D([], [], color=colors[lab], marker="o", label=lab) for lab in labels]
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(labels), 6), fontsize=8)
+    fig.tight_layout(rect=(0, 0.06 * math.ceil(len(labels) / 6), 1, 1))
     path = Path(path)
     with atomic_path(path, suffix=".png") as tmp:
         fig.savefig(tmp, dpi=100)
@@ -627,6 +672,25 @@ def _cpu_autocast(device: torch.device, amp: str) -> Iterator[None]:
         yield
     finally:
         train_mod._autocast = original
+
+
+@contextlib.contextmanager
+def _deterministic(enabled: bool) -> Iterator[None]:
+    """Deterministic kernels while the study trains (CUDA's atomics-based backward ops would otherwise add
+    run-to-run noise to every pair, and the zero control would not be zero). Ops without one only warn."""
+    if not enabled:
+        yield
+        return
+    prev, prev_warn = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS's condition for reproducible results
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(prev, warn_only=prev_warn)
 
 
 def _snapshotter(folder: Path):
@@ -715,10 +779,12 @@ def weights_study(
     data_dir: str | None = None,
     keep_runs: str | Path | None = None,
     low: str = "bf16",
+    deterministic: bool = True,
 ) -> dict[str, Any]:
     """Train the planned runs (A, B and the controls), compare their weights at every evaluation; returns the record.
 
-    Runs go to a temporary runs root (or `keep_runs`) and write no result records of their own.
+    Runs go to a temporary runs root (or `keep_runs`) and write no result records of their own. `deterministic`
+    turns on torch's deterministic algorithms during the runs, so that only the compared difference moves weights.
     """
     from lra.config import head_dim_of, load_config
     from lra.progress import console
@@ -753,7 +819,7 @@ def weights_study(
             cfg = copy.deepcopy(config)
             cfg["train"]["seed"] = spec.seed
             cfg["train"]["amp"] = spec.amp
-            with _cpu_autocast(dev, spec.amp):
+            with _cpu_autocast(dev, spec.amp), _deterministic(deterministic):
                 train(
                     cfg,
                     spec.backend,
@@ -791,6 +857,7 @@ def weights_study(
         "steps": config["train"]["steps"],
         "controls": list(controls),
         "low_precision": low,
+        "deterministic": deterministic,
         "metrics": {"pairs": curves, "slope_ratios": ratios},
         "config": config,
     }

@@ -77,10 +77,12 @@ def _plot_dir(args) -> Path:
     return store.parent / "plots"
 
 
-def _exact_backends() -> list[str]:
+def _default_backends() -> list[str]:
+    """Every exact backend, plus block_sparse_flash (exact on its layout; measured against the masked golden)."""
     from attention_impls import BACKENDS
 
-    return [name for name, cls in BACKENDS.items() if cls.capabilities.exact]
+    names = [name for name, cls in BACKENDS.items() if cls.capabilities.exact]
+    return names + (["block_sparse_flash"] if "block_sparse_flash" in BACKENDS else [])
 
 
 def cmd_numerics_forward(args) -> int:
@@ -98,7 +100,7 @@ def cmd_numerics_forward(args) -> int:
 
     device = args.device or _default_device()
     spec = ForwardSpec(
-        backends=_csv(args.attn) if args.attn else _exact_backends(),
+        backends=_csv(args.attn) if args.attn else _default_backends(),
         dtypes=parse_dtypes(_csv(args.dtype)),
         seqs=_ints(args.seq) if args.seq else ([512, 1024, 2048, 4096, 8192, 16384] if device != "cpu" else [256, 512]),
         head_dim=args.head_dim,
@@ -152,6 +154,7 @@ def cmd_numerics_weights(args) -> int:
         data_dir=args.data_dir,
         keep_runs=args.keep_runs,
         low=args.low,
+        deterministic=not args.nondeterministic,
     )
     for table in format_weights_tables(record):
         _print_table(table)
@@ -192,7 +195,9 @@ def add_numerics_parser(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=FORWARD_EPILOG,
     )
-    f.add_argument("--attn", default=None, help="comma-separated backends (default: every exact backend)")
+    f.add_argument(
+        "--attn", default=None, help="comma-separated backends (default: every exact backend and block_sparse_flash)"
+    )
     f.add_argument("--dtype", default="fp64,fp32,fp16,bf16", help="comma-separated dtypes (fp64 where supported)")
     f.add_argument(
         "--seq",
@@ -256,5 +261,10 @@ def add_numerics_parser(sub) -> None:
         default=None,
         metavar="DIR",
         help="keep the run directories here (default: a temporary folder, removed afterwards)",
+    )
+    w.add_argument(
+        "--nondeterministic",
+        action="store_true",
+        help="leave torch's deterministic algorithms off (default: on during the runs, so the zero control is zero)",
     )
     w.set_defaults(func=cmd_numerics_weights)

@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 T = TypeVar("T")
-console = Console(stderr=True)
+console = Console(stderr=True)  # progress and messages
+out = Console()  # results: tables a user may pipe or redirect
 
 
 def quiet() -> bool:
