@@ -1,0 +1,157 @@
+"""`reformer`: LSH attention with shared query/key vectors (Kitaev, Kaiser & Levskaya 2020, "Reformer").
+
+What it computes, per head and per round of hashing (n_hashes rounds):
+1. Shared QK. Reformer ties the query and key projections; a token's key is its normalised query. The model gives
+   this backend separate q and k, so the shared vector is x = (q + k) / 2 (option qk='mean'): that is one linear
+   projection of the input, W_QK = (W_Q + W_K) / 2, so the layer is exactly a shared-QK layer and both projections
+   learn. qk='query' uses q alone and ignores k (as the LRA repo's Reformer does).
+2. Hash: random rotation R (d x n_buckets/2, Gaussian), bucket = argmax([x R ; -x R]) of the normalised x (angular
+   LSH). n_buckets = number of chunks (N / bucket_size), rounded up to an even count, unless set.
+3. Sort tokens by (bucket, position), cut the sorted order into chunks of bucket_size, and let each chunk attend to
+   itself and to the previous chunk (circularly), scores x_i . (x_j / |x_j|) * scale. A token does not attend to
+   itself unless it has no other key (then it attends only to itself). Option causal adds j <= i.
+4. Undo the sort; the n_hashes rounds are merged by their softmax normalisers (logsumexp weights), which equals a
+   softmax over the union of keys seen in any round (pairs seen in several rounds count once per round; the paper's
+   duplicate correction is not applied, as in the LRA and trax defaults).
+What it approximates: shared-QK softmax attention, keeping only pairs that hash close. With one bucket and one chunk
+covering the sequence it is exactly softmax attention over the shared-QK scores with the self-exclusion rule.
+Cost: O(n_hashes * N * bucket_size) time and memory, plus an O(n_hashes * N log N) sort.
+Padding: padded tokens (key padding and the internal pad up to a multiple of bucket_size) are put in a bucket of
+their own, sorted last, and masked as keys, so they get no weight (exactly). Padded query rows are zero.
+Randomness: rotations are drawn from torch's global RNG on every training call, and from a generator fixed by the
+`hash_seed` buffer in eval (deterministic predictions; saved with the model).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from attention_impls._bucketed import (
+    ceil_div,
+    check_positive_int,
+    combine_rounds,
+    fp32_region,
+    hash_generator,
+    masked_softmax_lse,
+    new_seed,
+    pad_seq,
+    real_tokens,
+    score_dtype,
+)
+from attention_impls.masking import zero_padded_outputs
+from attention_impls.registry import AttentionBackend, Capabilities, register_backend
+
+QK_SOURCES = ("mean", "query")
+
+
+@register_backend("reformer")
+class ReformerAttention(AttentionBackend):
+    """LSH attention (shared QK). Options: n_hashes (2), bucket_size (32), n_buckets (None: N / bucket_size),
+    causal (False), qk ('mean' or 'query')."""
+
+    capabilities = Capabilities(exact=False, notes="LSH buckets, shared QK; O(n_hashes * N * bucket_size)")
+
+    def __init__(
+        self,
+        heads: int,
+        head_dim: int,
+        seq_len: int,
+        dropout: float = 0.0,
+        scale: float | None = None,
+        n_hashes: int = 2,
+        bucket_size: int = 32,
+        n_buckets: int | None = None,
+        causal: bool = False,
+        qk: str = "mean",
+    ):
+        super().__init__(heads, head_dim, seq_len, dropout, scale)
+        self.n_hashes = check_positive_int("n_hashes", n_hashes, "reformer")
+        self.bucket_size = check_positive_int("bucket_size", bucket_size, "reformer")
+        if n_buckets is not None:
+            check_positive_int("n_buckets", n_buckets, "reformer")
+            if n_buckets > 1 and n_buckets % 2:
+                raise ValueError(f"reformer: n_buckets must be 1 or even (angular LSH uses +-R), got {n_buckets}")
+        self.n_buckets = n_buckets
+        self.causal = bool(causal)
+        if qk not in QK_SOURCES:
+            raise ValueError(f"reformer: qk must be one of {', '.join(QK_SOURCES)}, got {qk!r}")
+        self.qk = qk
+        self.register_buffer("hash_seed", new_seed())
+
+    def buckets_for(self, n_chunks: int) -> int:
+        """Number of hash buckets for a sequence of `n_chunks` chunks: about one bucket per chunk, even."""
+        if self.n_buckets is not None:
+            return self.n_buckets
+        return 1 if n_chunks == 1 else n_chunks + n_chunks % 2
+
+    def hash(self, x: torch.Tensor, n_buckets: int) -> torch.Tensor:
+        """Angular LSH buckets (batch, heads, n_hashes, N) of the vectors x (batch, heads, N, d)."""
+        b, h, n, d = x.shape
+        if n_buckets == 1:
+            return torch.zeros(b, h, self.n_hashes, n, dtype=torch.long, device=x.device)
+        gen = hash_generator(self.hash_seed, self.training, x.device)
+        with torch.no_grad(), fp32_region(x.device):
+            rot = torch.randn(h, self.n_hashes, d, n_buckets // 2, generator=gen, device=x.device)
+            xn = F.normalize(x.detach().to(score_dtype(x.dtype)), dim=-1)
+            rotated = torch.einsum("bhnd,hrdk->bhrnk", xn, rot.to(xn.dtype))
+            return torch.cat([rotated, -rotated], dim=-1).argmax(dim=-1)
+
+    def forward(self, q, k, v, key_padding_mask=None):
+        if q.shape != k.shape or q.shape[:3] != v.shape[:3]:
+            raise ValueError(
+                f"reformer shares queries and keys (self-attention), so q and k must have the same shape and v the "
+                f"same sequence length; got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+            )
+        b, h, n, d = q.shape
+        dv = v.shape[-1]
+        r = self.n_hashes
+        x = q if self.qk == "query" else (q + k) * 0.5
+        c = min(self.bucket_size, n)
+        nc = ceil_div(n, c)
+        npad = nc * c
+        real = real_tokens(key_padding_mask, b, n, npad, q.device)
+        x, vp = pad_seq(x, npad), pad_seq(v, npad)
+
+        n_buckets = self.buckets_for(nc)
+        buckets = self.hash(x, n_buckets)  # (b, h, r, npad)
+        buckets = torch.where(real[:, None, None, :], buckets, n_buckets)  # padding: a bucket of its own, last
+        pos = torch.arange(npad, device=q.device)
+        order = (buckets * npad + pos).argsort(dim=-1)  # sort by bucket, then position
+        undo = order.argsort(dim=-1)
+
+        def gather(t: torch.Tensor) -> torch.Tensor:  # (b, h, npad, e) -> sorted (b, h, r, nc, c, e)
+            idx = order.unsqueeze(-1).expand(-1, -1, -1, -1, t.shape[-1])
+            return t.unsqueeze(2).expand(-1, -1, r, -1, -1).gather(3, idx).reshape(b, h, r, nc, c, t.shape[-1])
+
+        sq = gather(x)
+        sk = F.normalize(sq.to(score_dtype(sq.dtype)), dim=-1).to(sq.dtype)  # fp32: eps underflows in fp16
+        sv = gather(vp)
+        q_pos = order.reshape(b, h, r, nc, c)
+        k_real = real[:, None, None, :].expand(b, h, r, npad).gather(3, order).reshape(b, h, r, nc, c)
+        k_pos = q_pos
+        if nc > 1:  # attend to the own chunk and the previous one (circularly)
+            sk, sv, k_pos, k_real = (torch.cat([t, t.roll(1, dims=3)], dim=4) for t in (sk, sv, k_pos, k_real))
+
+        scores = torch.matmul(sq, sk.transpose(-2, -1))
+        scores = scores.to(score_dtype(scores.dtype)) * self.scale  # (b, h, r, nc, c, kc)
+        allowed = k_real.unsqueeze(-2)
+        if self.causal:
+            allowed = allowed & (k_pos.unsqueeze(-2) <= q_pos.unsqueeze(-1))
+        is_self = k_pos.unsqueeze(-2) == q_pos.unsqueeze(-1)
+        others = allowed & ~is_self
+        allowed = torch.where(others.any(dim=-1, keepdim=True), others, allowed)
+        probs, lse = masked_softmax_lse(scores, allowed)
+        if self.training and self.dropout > 0:
+            probs = F.dropout(probs, p=self.dropout)
+        so = torch.matmul(probs.to(sv.dtype), sv).reshape(b, h, r, npad, dv)
+        o = so.gather(3, undo.unsqueeze(-1).expand(-1, -1, -1, -1, dv))
+        lse = lse.reshape(b, h, r, npad).gather(3, undo)
+        out = combine_rounds(o, lse, dim=2)[:, :, :n].to(so.dtype)
+        return zero_padded_outputs(out, key_padding_mask)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{super().extra_repr()}, n_hashes={self.n_hashes}, bucket_size={self.bucket_size}, "
+            f"n_buckets={self.n_buckets}, causal={self.causal}, qk={self.qk}"
+        )
