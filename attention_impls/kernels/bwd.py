@@ -1,0 +1,401 @@
+"""Backward kernels: recompute P from the stored logsumexp; no atomics, so every gradient is bitwise reproducible.
+
+- `bwd_preprocess`: delta_i = sum_d dO_id * O_id (fp32), the row term of the softmax gradient.
+- `bwd_dkdv`: one program per key block accumulates dK and dV over the query blocks that attend to it (a contiguous
+  range below the query length, or this key block's list of query blocks for block-sparse layouts).
+- `bwd_dq`: one program per query block accumulates dQ over its key blocks (the forward's visit, range or list).
+
+With P = exp2(s * scale * log2(e) - lse), dropout keep-mask Z and 1/(1-p) = c:
+dV = (Z * c * P)^T dO, dP = dO V^T, dS = P * (Z * c * dP - delta), dQ = scale * dS K, dK = scale * dS^T Q.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from attention_impls.kernels.common import dropout_keep, load_tile, mma
+from attention_impls.kernels.fwd import list_prologue, next_block, visit_bounds
+
+
+@triton.jit
+def bwd_preprocess(
+    O,
+    DO,
+    Delta,
+    stride_ob,
+    stride_oh,
+    stride_on,
+    stride_dob,
+    stride_doh,
+    stride_don,
+    H,
+    Nq,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):
+    """delta = rowsum(dO * O) for BLOCK_M rows of one (batch, head)."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = (offs_m[:, None] < Nq) & (offs_d[None, :] < HEAD_DIM)
+    o = tl.load(
+        O + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :],
+        mask=mask,
+        other=0.0,
+    ).to(tl.float32)
+    do = tl.load(
+        DO + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh + offs_m[:, None] * stride_don + offs_d[None, :],
+        mask=mask,
+        other=0.0,
+    ).to(tl.float32)
+    tl.store(Delta + bh.to(tl.int64) * Nq + offs_m, tl.sum(o * do, axis=1), mask=offs_m < Nq)
+
+
+@triton.jit
+def dkdv_inner(
+    dk,
+    dv,
+    k,
+    v,
+    Q_base,
+    DO_base,
+    Lse_base,
+    Delta_base,
+    stride_qn,
+    stride_don,
+    list_ptr,
+    lo,
+    hi,
+    offs_n,
+    offs_d,
+    q_len,
+    qk_scale,
+    dropout_p,
+    seed,
+    bh,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    SPARSE: tl.constexpr,
+    MASK_Q: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    PREC: tl.constexpr,
+    UPCAST: tl.constexpr,
+    LIST_MODE: tl.constexpr,
+    MAX_LIST: tl.constexpr,
+):
+    """Add the query blocks lo..hi-1 (range or list) into this key block's dK, dV accumulators."""
+    offs_m0 = tl.arange(0, BLOCK_M)
+    d_ok = offs_d < HEAD_DIM
+    PAD_D: tl.constexpr = k.shape[1] != HEAD_DIM
+    nxt, entries = list_prologue(list_ptr, lo, hi, SPARSE, LIST_MODE, MAX_LIST)
+    for i in range(lo, hi):
+        blk, nxt = next_block(list_ptr, i, hi, nxt, entries, SPARSE, LIST_MODE, MAX_LIST)
+        start_m = blk * BLOCK_M
+        offs_m = start_m + offs_m0
+        m_ok = offs_m < q_len
+        qT = load_tile(
+            Q_base + offs_m[None, :] * stride_qn + offs_d[:, None], m_ok[None, :], d_ok[:, None], MASK_Q, PAD_D
+        )
+        if MASK_Q:
+            lse = tl.load(Lse_base + offs_m, mask=m_ok, other=float("inf"))
+            delta = tl.load(Delta_base + offs_m, mask=m_ok, other=0.0)
+        else:
+            lse = tl.load(Lse_base + offs_m)
+            delta = tl.load(Delta_base + offs_m)
+        sT = mma(k, qT, tl.zeros([k.shape[0], BLOCK_M], tl.float32), PREC, UPCAST)
+        pT = tl.math.exp2(sT * qk_scale - lse[None, :])
+        do = load_tile(
+            DO_base + offs_m[:, None] * stride_don + offs_d[None, :], m_ok[:, None], d_ok[None, :], MASK_Q, PAD_D
+        )
+        dpT = mma(v, tl.trans(do), tl.zeros([k.shape[0], BLOCK_M], tl.float32), PREC, UPCAST)
+        if DROPOUT:
+            keepT = dropout_keep(seed, bh, offs_m[None, :], offs_n[:, None], dropout_p)
+            inv_keep = 1.0 / (1.0 - dropout_p)
+            pdT = tl.where(keepT, pT * inv_keep, 0.0)
+            dpT = tl.where(keepT, dpT * inv_keep, 0.0)
+        else:
+            pdT = pT
+        dv = mma(pdT.to(do.dtype), do, dv, PREC, UPCAST)
+        dsT = pT * (dpT - delta[None, :])
+        dk = mma(dsT.to(qT.dtype), tl.trans(qT), dk, PREC, UPCAST)
+    return dk, dv
+
+
+@triton.jit
+def bwd_dkdv(
+    Q,
+    K,
+    V,
+    DO,
+    DK,
+    DV,
+    Lse,
+    Delta,
+    Lengths,
+    QList,
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_dob,
+    stride_doh,
+    stride_don,
+    stride_gb,
+    stride_gh,
+    stride_gn,
+    list_stride_h,
+    list_stride_row,
+    H,
+    Nq,
+    Nk,
+    qk_scale,
+    scale,
+    dropout_p,
+    seed,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_LENGTHS: tl.constexpr,
+    PAD_QUERIES: tl.constexpr,
+    SPARSE: tl.constexpr,
+    MAX_LIST: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    PREC: tl.constexpr,
+    UPCAST: tl.constexpr,
+    LIST_MODE: tl.constexpr,
+):
+    """One program: dK, dV of BLOCK_N keys of one (batch, head). Grid (cdiv(Nk, BLOCK_N), batch * heads).
+
+    DK and DV share the strides (stride_g*) of freshly allocated gradient tensors.
+    """
+    pid_n = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    kv_len = Nk
+    q_len = Nq
+    if HAS_LENGTHS:
+        length = tl.load(Lengths + b)
+        kv_len = tl.minimum(length, Nk)
+        if PAD_QUERIES:
+            q_len = tl.minimum(length, Nq)
+    start_n = pid_n * BLOCK_N
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    n_ok = offs_n < kv_len
+    d_ok = offs_d < HEAD_DIM
+    PAD_D: tl.constexpr = HEAD_DIM != BLOCK_D
+    k_base = K + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
+    v_base = V + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
+    k = load_tile(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], n_ok[:, None], d_ok[None, :], True, PAD_D)
+    v = load_tile(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], n_ok[:, None], d_ok[None, :], True, PAD_D)
+    q_base = Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
+    do_base = DO + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh
+    lse_base = Lse + bh.to(tl.int64) * Nq
+    delta_base = Delta + bh.to(tl.int64) * Nq
+
+    list_ptr = QList
+    if SPARSE:
+        list_ptr = QList + h * list_stride_h + pid_n * list_stride_row
+    n_full, n_any = visit_bounds(list_ptr, q_len, BLOCK_M, SPARSE, MAX_LIST)
+    n_full = tl.where(start_n < kv_len, n_full, 0)  # a fully padded key block gets zero gradients
+    n_any = tl.where(start_n < kv_len, n_any, 0)
+
+    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dk, dv = dkdv_inner(
+        dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, stride_don, list_ptr, 0, n_full, offs_n,
+        offs_d, q_len, qk_scale, dropout_p, seed, bh, HEAD_DIM, BLOCK_M, SPARSE, False, DROPOUT, PREC, UPCAST,
+        LIST_MODE, MAX_LIST,
+    )  # fmt: skip
+    dk, dv = dkdv_inner(
+        dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, stride_don, list_ptr, n_full, n_any, offs_n,
+        offs_d, q_len, qk_scale, dropout_p, seed, bh, HEAD_DIM, BLOCK_M, SPARSE, True, DROPOUT, PREC, UPCAST,
+        LIST_MODE, MAX_LIST,
+    )  # fmt: skip
+    # Keys past the row's length were loaded as zeros and picked up junk in their own rows only: zero them.
+    dk = tl.where(n_ok[:, None], dk * scale, 0.0)
+    dv = tl.where(n_ok[:, None], dv, 0.0)
+    g_off = b.to(tl.int64) * stride_gb + h.to(tl.int64) * stride_gh + offs_n[:, None] * stride_gn + offs_d[None, :]
+    store_mask = (offs_n[:, None] < Nk) & d_ok[None, :]
+    tl.store(DK + g_off, dk.to(DK.dtype.element_ty), mask=store_mask)
+    tl.store(DV + g_off, dv.to(DV.dtype.element_ty), mask=store_mask)
+
+
+@triton.jit
+def dq_inner(
+    dq,
+    q,
+    do,
+    lse,
+    delta,
+    K_base,
+    V_base,
+    stride_kn,
+    stride_vn,
+    list_ptr,
+    lo,
+    hi,
+    offs_m,
+    offs_d,
+    kv_len,
+    qk_scale,
+    dropout_p,
+    seed,
+    bh,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SPARSE: tl.constexpr,
+    MASK_KV: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    PREC: tl.constexpr,
+    UPCAST: tl.constexpr,
+    LIST_MODE: tl.constexpr,
+    MAX_LIST: tl.constexpr,
+):
+    """Add key blocks lo..hi-1 (range or list, as the forward visits them) into this query block's dQ."""
+    offs_n0 = tl.arange(0, BLOCK_N)
+    d_ok = offs_d < HEAD_DIM
+    PAD_D: tl.constexpr = q.shape[1] != HEAD_DIM
+    nxt, entries = list_prologue(list_ptr, lo, hi, SPARSE, LIST_MODE, MAX_LIST)
+    for i in range(lo, hi):
+        blk, nxt = next_block(list_ptr, i, hi, nxt, entries, SPARSE, LIST_MODE, MAX_LIST)
+        start_n = blk * BLOCK_N
+        offs_n = start_n + offs_n0
+        n_ok = offs_n < kv_len
+        kT = load_tile(
+            K_base + offs_n[None, :] * stride_kn + offs_d[:, None], n_ok[None, :], d_ok[:, None], MASK_KV, PAD_D
+        )
+        vT = load_tile(
+            V_base + offs_n[None, :] * stride_vn + offs_d[:, None], n_ok[None, :], d_ok[:, None], MASK_KV, PAD_D
+        )
+        s = mma(q, kT, tl.zeros([q.shape[0], BLOCK_N], tl.float32), PREC, UPCAST)
+        p = tl.math.exp2(s * qk_scale - lse[:, None])
+        if MASK_KV:
+            p = tl.where(n_ok[None, :], p, 0.0)
+        dp = mma(do, vT, tl.zeros([q.shape[0], BLOCK_N], tl.float32), PREC, UPCAST)
+        if DROPOUT:
+            keep = dropout_keep(seed, bh, offs_m[:, None], offs_n[None, :], dropout_p)
+            dp = tl.where(keep, dp * (1.0 / (1.0 - dropout_p)), 0.0)
+        ds = p * (dp - delta[:, None])
+        dq = mma(ds.to(kT.dtype), tl.trans(kT), dq, PREC, UPCAST)
+    return dq
+
+
+@triton.jit
+def bwd_dq(
+    Q,
+    K,
+    V,
+    DO,
+    DQ,
+    Lse,
+    Delta,
+    Lengths,
+    KvList,
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_dob,
+    stride_doh,
+    stride_don,
+    stride_gb,
+    stride_gh,
+    stride_gn,
+    list_stride_h,
+    list_stride_row,
+    H,
+    Nq,
+    Nk,
+    qk_scale,
+    scale,
+    dropout_p,
+    seed,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_LENGTHS: tl.constexpr,
+    PAD_QUERIES: tl.constexpr,
+    SPARSE: tl.constexpr,
+    MAX_LIST: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    PREC: tl.constexpr,
+    UPCAST: tl.constexpr,
+    LIST_MODE: tl.constexpr,
+):
+    """One program: dQ of BLOCK_M query rows of one (batch, head). Grid (cdiv(Nq, BLOCK_M), batch * heads)."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    kv_len = Nk
+    q_len = Nq
+    if HAS_LENGTHS:
+        length = tl.load(Lengths + b)
+        kv_len = tl.minimum(length, Nk)
+        if PAD_QUERIES:
+            q_len = tl.minimum(length, Nq)
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    m_ok = offs_m < Nq
+    d_ok = offs_d < HEAD_DIM
+    PAD_D: tl.constexpr = HEAD_DIM != BLOCK_D
+    q = load_tile(
+        Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh + offs_m[:, None] * stride_qn + offs_d[None, :],
+        m_ok[:, None],
+        d_ok[None, :],
+        True,
+        PAD_D,
+    )
+    do = load_tile(
+        DO + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh + offs_m[:, None] * stride_don + offs_d[None, :],
+        m_ok[:, None],
+        d_ok[None, :],
+        True,
+        PAD_D,
+    )
+    lse = tl.load(Lse + bh.to(tl.int64) * Nq + offs_m, mask=m_ok, other=float("inf"))
+    delta = tl.load(Delta + bh.to(tl.int64) * Nq + offs_m, mask=m_ok, other=0.0)
+    k_base = K + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
+    v_base = V + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
+
+    list_ptr = KvList
+    if SPARSE:
+        list_ptr = KvList + h * list_stride_h + pid_m * list_stride_row
+    n_full, n_any = visit_bounds(list_ptr, kv_len, BLOCK_N, SPARSE, MAX_LIST)
+    n_full = tl.where(start_m < q_len, n_full, 0)
+    n_any = tl.where(start_m < q_len, n_any, 0)
+
+    dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    dq = dq_inner(
+        dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, list_ptr, 0, n_full, offs_m, offs_d, kv_len,
+        qk_scale, dropout_p, seed, bh, HEAD_DIM, BLOCK_N, SPARSE, False, DROPOUT, PREC, UPCAST,
+        LIST_MODE, MAX_LIST,
+    )  # fmt: skip
+    dq = dq_inner(
+        dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, list_ptr, n_full, n_any, offs_m, offs_d, kv_len,
+        qk_scale, dropout_p, seed, bh, HEAD_DIM, BLOCK_N, SPARSE, True, DROPOUT, PREC, UPCAST,
+        LIST_MODE, MAX_LIST,
+    )  # fmt: skip
+    dq = dq * scale
+    g_off = b.to(tl.int64) * stride_gb + h.to(tl.int64) * stride_gh + offs_m[:, None] * stride_gn + offs_d[None, :]
+    tl.store(DQ + g_off, dq.to(DQ.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])

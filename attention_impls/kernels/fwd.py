@@ -1,0 +1,227 @@
+"""Forward kernel: tiled attention with an online softmax; writes the output and the row logsumexp (base 2).
+
+One program owns BLOCK_M query rows of one (batch, head) and walks key blocks, keeping a running row maximum `m`, a
+running sum `l` of exp2(s - m) and an unnormalised accumulator. Which key blocks it walks is the family's one switch:
+
+- SPARSE=False: the contiguous range of key blocks below the row's key length (fully padded blocks are never visited);
+- SPARSE=True: this query block's list of key-block indices (block-sparse layouts), sorted, padded with a huge index.
+
+Either way the blocks split into those fully inside the key length (no column mask) and at most one straddling it
+(masked), so the common case pays for no masking.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from attention_impls.kernels.common import dropout_keep, load_tile, mma
+
+
+@triton.jit
+def list_prologue(list_ptr, lo, hi, SPARSE: tl.constexpr, LIST_MODE: tl.constexpr, MAX_LIST: tl.constexpr):
+    """State for `next_block` before a loop: (the first entry, prefetched; the whole padded list in registers)."""
+    nxt = hi * 0
+    entries = tl.zeros([MAX_LIST], tl.int32)
+    if SPARSE:
+        if LIST_MODE == 1:
+            nxt = tl.load(list_ptr + lo, mask=lo < hi, other=0)
+        if LIST_MODE == 2:
+            entries = tl.load(list_ptr + tl.arange(0, MAX_LIST))
+    return nxt, entries
+
+
+@triton.jit
+def next_block(list_ptr, i, hi, nxt, entries, SPARSE: tl.constexpr, LIST_MODE: tl.constexpr, MAX_LIST: tl.constexpr):
+    """(block index of step i, state for step i+1). A range visits block i. A list is read one of three ways
+    (LIST_MODE, an experiment: notes/flash_kernel.md): 0 loads entry i in step i; 1 loads entry i+1 in step i, so the
+    load's latency hides behind the step's work; 2 picks entry i out of the list held in registers."""
+    if SPARSE:
+        if LIST_MODE == 0:
+            blk = tl.load(list_ptr + i)
+        elif LIST_MODE == 1:
+            blk = nxt
+            nxt = tl.load(list_ptr + i + 1, mask=i + 1 < hi, other=0)
+        else:
+            blk = tl.sum(tl.where(tl.arange(0, MAX_LIST) == i, entries, 0), axis=0)
+    else:
+        blk = i
+    return blk, nxt
+
+
+@triton.jit
+def visit_bounds(list_ptr, valid_len, BLOCK: tl.constexpr, SPARSE: tl.constexpr, MAX_LIST: tl.constexpr):
+    """(number of fully valid blocks, number of blocks holding any valid position) among those to visit.
+
+    For a range these are valid_len // BLOCK and cdiv(valid_len, BLOCK); for a sorted list, the counts of its entries
+    below them (one vector load of the padded list).
+    """
+    n_full = valid_len // BLOCK
+    n_any = (valid_len + BLOCK - 1) // BLOCK
+    if SPARSE:
+        entries = tl.load(list_ptr + tl.arange(0, MAX_LIST))
+        n_full = tl.sum((entries < n_full).to(tl.int32), axis=0)
+        n_any = tl.sum((entries < n_any).to(tl.int32), axis=0)
+    return n_full, n_any
+
+
+@triton.jit
+def fwd_inner(
+    acc,
+    l_i,
+    m_i,
+    q,
+    K_base,
+    V_base,
+    stride_kn,
+    stride_vn,
+    list_ptr,
+    lo,
+    hi,
+    offs_m,
+    offs_d,
+    kv_len,
+    qk_scale,
+    dropout_p,
+    seed,
+    bh,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SPARSE: tl.constexpr,
+    MASK_KV: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    PREC: tl.constexpr,
+    UPCAST: tl.constexpr,
+    LIST_MODE: tl.constexpr,
+    MAX_LIST: tl.constexpr,
+):
+    """Fold key blocks lo..hi-1 (of the range or list) into the running (acc, l, m) of one query block."""
+    offs_n0 = tl.arange(0, BLOCK_N)
+    d_ok = offs_d < HEAD_DIM
+    PAD_D: tl.constexpr = q.shape[1] != HEAD_DIM
+    nxt, entries = list_prologue(list_ptr, lo, hi, SPARSE, LIST_MODE, MAX_LIST)
+    for i in range(lo, hi):
+        blk, nxt = next_block(list_ptr, i, hi, nxt, entries, SPARSE, LIST_MODE, MAX_LIST)
+        start_n = blk * BLOCK_N
+        offs_n = start_n + offs_n0
+        n_ok = offs_n < kv_len
+        kT = load_tile(
+            K_base + offs_n[None, :] * stride_kn + offs_d[:, None], n_ok[None, :], d_ok[:, None], MASK_KV, PAD_D
+        )
+        s = mma(q, kT, tl.zeros([q.shape[0], BLOCK_N], tl.float32), PREC, UPCAST)
+        if MASK_KV:
+            s = tl.where(n_ok[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        p = tl.math.exp2(s * qk_scale - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if DROPOUT:
+            p = tl.where(dropout_keep(seed, bh, offs_m[:, None], offs_n[None, :], dropout_p), p, 0.0)
+        v = load_tile(
+            V_base + offs_n[:, None] * stride_vn + offs_d[None, :], n_ok[:, None], d_ok[None, :], MASK_KV, PAD_D
+        )
+        acc = mma(p.to(v.dtype), v, acc, PREC, UPCAST)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def attn_fwd(
+    Q,
+    K,
+    V,
+    Out,
+    Lse,
+    Lengths,
+    KvList,
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_ob,
+    stride_oh,
+    stride_on,
+    list_stride_h,
+    list_stride_row,
+    H,
+    Nq,
+    Nk,
+    qk_scale,
+    dropout_p,
+    seed,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_LENGTHS: tl.constexpr,
+    PAD_QUERIES: tl.constexpr,
+    SPARSE: tl.constexpr,
+    MAX_LIST: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    PREC: tl.constexpr,
+    UPCAST: tl.constexpr,
+    LIST_MODE: tl.constexpr,
+):
+    """One program: BLOCK_M query rows of one (batch, head). Grid (cdiv(Nq, BLOCK_M), batch * heads)."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    kv_len = Nk
+    q_len = Nq
+    if HAS_LENGTHS:
+        length = tl.load(Lengths + b)
+        kv_len = tl.minimum(length, Nk)
+        if PAD_QUERIES:
+            q_len = tl.minimum(length, Nq)
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    m_ok = offs_m < Nq
+    d_ok = offs_d < HEAD_DIM
+    PAD_D: tl.constexpr = HEAD_DIM != BLOCK_D
+    q_base = Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
+    k_base = K + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
+    v_base = V + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
+    q = load_tile(q_base + offs_m[:, None] * stride_qn + offs_d[None, :], m_ok[:, None], d_ok[None, :], True, PAD_D)
+
+    list_ptr = KvList
+    if SPARSE:
+        list_ptr = KvList + h * list_stride_h + pid_m * list_stride_row
+    n_full, n_any = visit_bounds(list_ptr, kv_len, BLOCK_N, SPARSE, MAX_LIST)
+    # A block whose rows are all padding (or past Nq) visits nothing.
+    n_full = tl.where(start_m < q_len, n_full, 0)
+    n_any = tl.where(start_m < q_len, n_any, 0)
+
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    acc, l_i, m_i = fwd_inner(
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, list_ptr, 0, n_full, offs_m, offs_d, kv_len,
+        qk_scale, dropout_p, seed, bh, HEAD_DIM, BLOCK_N, SPARSE, False, DROPOUT, PREC, UPCAST, LIST_MODE, MAX_LIST,
+    )  # fmt: skip
+    acc, l_i, m_i = fwd_inner(
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, list_ptr, n_full, n_any, offs_m, offs_d, kv_len,
+        qk_scale, dropout_p, seed, bh, HEAD_DIM, BLOCK_N, SPARSE, True, DROPOUT, PREC, UPCAST, LIST_MODE, MAX_LIST,
+    )  # fmt: skip
+
+    valid = (offs_m < q_len) & (l_i > 0)
+    inv_l = tl.where(valid, 1.0 / tl.where(valid, l_i, 1.0), 0.0)
+    if DROPOUT:
+        inv_l = inv_l / (1.0 - dropout_p)
+    out = acc * inv_l[:, None]
+    # Rows that attend to nothing get lse = +inf: the backward's exp2(s - lse) is then exactly 0 for them.
+    lse = tl.where(valid, m_i + tl.math.log2(tl.where(valid, l_i, 1.0)), float("inf"))
+    o_base = Out + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
+    o_ptrs = o_base + offs_m[:, None] * stride_on + offs_d[None, :]
+    if PAD_D:
+        tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
+    else:
+        tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=m_ok[:, None])
+    tl.store(Lse + bh.to(tl.int64) * Nq + offs_m, lse, mask=m_ok)

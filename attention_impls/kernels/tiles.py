@@ -1,0 +1,95 @@
+"""Tile sizes of the kernel family and their defaults per head dim (tuned on the H200; see notes/flash_kernel.md).
+
+The forward uses (block_m query rows) x (block_n keys). The backward's dK/dV kernel uses (bwd_block_m query rows) x
+(bwd_block_n keys) and its dQ kernel the transpose, (bwd_block_n query rows) x (bwd_block_m keys), as in the Triton
+tutorial: the outer tile is the large one and the loop walks small tiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import torch
+
+TILE_OPTIONS = (
+    "block_m",
+    "block_n",
+    "num_warps",
+    "num_stages",
+    "bwd_block_m",
+    "bwd_block_n",
+    "bwd_num_warps",
+    "bwd_num_stages",
+)
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """One complete tile configuration (forward and backward)."""
+
+    block_m: int = 64
+    block_n: int = 64
+    num_warps: int = 4
+    num_stages: int = 2
+    bwd_block_m: int = 32
+    bwd_block_n: int = 64
+    bwd_num_warps: int = 4
+    bwd_num_stages: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n", "bwd_block_m", "bwd_block_n"):
+            val = getattr(self, name)
+            if val < 16 or val & (val - 1):
+                raise ValueError(f"tile {name}={val} must be a power of two >= 16 (tl.dot needs 16 x 16 tiles)")
+        for name in ("num_warps", "bwd_num_warps"):
+            val = getattr(self, name)
+            if val not in (1, 2, 4, 8, 16):
+                raise ValueError(f"{name}={val} must be one of 1, 2, 4, 8, 16")
+        for name in ("num_stages", "bwd_num_stages"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+
+    def with_options(self, **options: int | None) -> Tiles:
+        """These tiles with the options that are not None replaced."""
+        unknown = set(options) - set(TILE_OPTIONS)
+        if unknown:
+            raise ValueError(f"unknown tile option(s) {sorted(unknown)}; valid: {', '.join(TILE_OPTIONS)}")
+        return replace(self, **{k: int(v) for k, v in options.items() if v is not None})
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# Defaults for 16-bit inputs on the H200, by head dim: the fastest of the sweep in notes/flash_kernel.md (device call 1;
+# forward and backward tuned separately at the shapes of DESIGN.md section 8 or a shorter proxy).
+_H200_16BIT: dict[int, Tiles] = {
+    8: Tiles(128, 32, 4, 3, 32, 128, 4, 3),
+    16: Tiles(64, 64, 4, 3, 32, 128, 4, 3),
+    32: Tiles(64, 128, 4, 3, 32, 64, 4, 3),
+    64: Tiles(128, 64, 8, 3, 64, 64, 4, 2),
+    128: Tiles(64, 64, 4, 3, 64, 64, 4, 2),
+}
+# fp32 tiles hold twice the bytes: smaller tiles keep them within shared memory and registers.
+_H200_FP32: dict[int, Tiles] = {
+    8: Tiles(64, 64, 4, 2, 32, 64, 4, 2),
+    16: Tiles(64, 64, 4, 2, 32, 64, 4, 2),
+    32: Tiles(64, 64, 4, 2, 32, 64, 4, 2),
+    64: Tiles(64, 32, 4, 2, 32, 64, 4, 2),
+    128: Tiles(64, 32, 4, 2, 16, 32, 4, 2),
+}
+# The CPU interpreter runs each program in Python: large tiles mean few programs, which is what makes it fast.
+_INTERPRETER = Tiles(64, 64, 4, 1, 64, 64, 4, 1)
+
+
+def padded_head_dim(head_dim: int) -> int:
+    """The head dim the kernel computes with: a power of two, at least 16 (tl.dot's smallest K)."""
+    return max(16, 1 << (head_dim - 1).bit_length())
+
+
+def default_tiles(head_dim: int, dtype: torch.dtype, device_type: str) -> Tiles:
+    """Tuned defaults for a head dim and dtype on the device type ('cuda' or 'cpu' for the interpreter)."""
+    if device_type != "cuda":
+        return _INTERPRETER
+    table = _H200_FP32 if dtype == torch.float32 else _H200_16BIT
+    d = padded_head_dim(head_dim) if head_dim not in table else head_dim
+    return table.get(d, table[128])
