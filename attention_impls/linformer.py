@@ -1,0 +1,71 @@
+"""`linformer`: low-rank attention by learned sequence projections (Wang et al. 2020, "Linformer").
+
+What it computes: keys and values are projected along the sequence to k rows by learned (k x N) matrices E and F,
+
+    out = softmax(Q (E K)^T * scale) (F V)
+
+which approximates softmax attention by a rank-k one (the paper's argument: the attention matrix is close to low
+rank). Cost O(N k d) time and O(N k) memory per head instead of O(N^2). E and F are shared across heads (the paper's
+headwise sharing); `share_kv` makes F = E (the paper's key-value sharing; LRA's Linformer shares one kernel).
+
+Options: `k` (256, the LRA setting; k >= N is allowed, it just saves nothing), `share_kv` (True, as in LRA).
+The projections are N wide, so the backend is built for the model's full padded length `seq_len`
+(capabilities.fixed_seq_len); a shorter input uses the first N columns (the same as zero-padding it), a longer one is
+an error. E and F start as LRA's lecun-normal kernels, N(0, 1/seq_len).
+
+Padding (an approximation, unlike softmax masking): padded keys and values are zeroed before the projection, so
+their content never reaches the output. But the k projected rows are mixtures of tokens, not tokens, so they cannot be
+masked: every projected row keeps a softmax weight, a short sequence's projected keys are sums over fewer tokens
+(smaller, differently normalised rows than a full one's), and a projected row made only of padding still scores 0
+rather than -inf. LRA's own Linformer ignores the padding mask altogether. Padded query rows and rows with no real key
+are zero. Attention dropout applies to the (N x k) probabilities during training.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attention_impls.masking import zero_padded_outputs
+from attention_impls.registry import AttentionBackend, Capabilities, register_backend
+
+
+@register_backend("linformer")
+class LinformerAttention(AttentionBackend):
+    """Linformer: K and V projected along the sequence to k rows. Options: k=256, share_kv=True."""
+
+    capabilities = Capabilities(exact=False, fixed_seq_len=True, notes="Wang et al. 2020; O(N k d)")
+
+    def __init__(self, heads, head_dim, seq_len, dropout=0.0, scale=None, k: int = 256, share_kv: bool = True):
+        super().__init__(heads, head_dim, seq_len, dropout, scale)
+        if k < 1:
+            raise ValueError(f"linformer k (projected length) must be >= 1, got {k}")
+        self.k = int(k)
+        self.share_kv = bool(share_kv)
+        self.E = nn.Parameter(torch.randn(self.k, seq_len) * seq_len**-0.5)
+        self.F = None if self.share_kv else nn.Parameter(torch.randn(self.k, seq_len) * seq_len**-0.5)
+
+    def forward(self, q, k, v, key_padding_mask=None):
+        n = k.shape[2]
+        if n > self.seq_len:
+            raise ValueError(
+                f"linformer was built for sequences of at most {self.seq_len} tokens (its projections are that wide) "
+                f"but got {n}; build it with seq_len >= {n} (the model's full padded length)"
+            )
+        if key_padding_mask is not None:
+            real = key_padding_mask[:, None, :, None].to(k.dtype)
+            k, v = k * real, v * real
+        e = self.E[:, :n]
+        f = e if self.F is None else self.F[:, :n]
+        k_proj = torch.matmul(e.to(k.dtype), k)  # (B, H, k, d)
+        v_proj = torch.matmul(f.to(v.dtype), v)
+        scores = torch.matmul(q, k_proj.transpose(-2, -1))
+        probs = torch.softmax(scores.to(torch.promote_types(scores.dtype, torch.float32)) * self.scale, dim=-1)
+        if self.training and self.dropout > 0:
+            probs = F.dropout(probs, p=self.dropout)
+        out = torch.matmul(probs.to(v_proj.dtype), v_proj)
+        return zero_padded_outputs(out, key_padding_mask)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", k={self.k}, share_kv={self.share_kv}"
