@@ -43,6 +43,7 @@ def cmd_bench_train(args) -> int:
         warmup=args.warmup,
         device=args.device,
         data_dir=args.data_dir,
+        synthetic=args.synthetic,
     )
     t = Table(title=f"bench train {args.task}")
     for col in ("backend", "seq", "status", "ms/step", "steps/s", "tokens/s", "peak MB", "vs naive"):
@@ -123,6 +124,7 @@ def add_bench(sub) -> None:
     t.add_argument("--steps", type=int, default=20, help="timed steps per backend (median reported)")
     t.add_argument("--warmup", type=int, default=5)
     t.add_argument("--data-dir", default=None)
+    t.add_argument("--synthetic", action="store_true", help="random full-length tokens instead of the task's data")
     t.set_defaults(func=cmd_bench_train)
 
 
