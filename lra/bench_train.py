@@ -148,6 +148,8 @@ def _measure(cfg, task, split, backend, dev, steps, warmup, seq_tokens) -> dict[
         }
     except torch.OutOfMemoryError:
         return {"status": "oom", "metrics": {}}
+    except (ValueError, NotImplementedError) as e:  # a backend that refuses this config (e.g. no dropout support)
+        return {"status": f"unsupported: {e}", "metrics": {}}
     finally:
         del model, optimizer
         if dev.type == "cuda":

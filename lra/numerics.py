@@ -11,8 +11,9 @@ N(0, 1) + N(0, 100) * Bernoulli(0.001) (N(mean, variance): 0.1% of entries get a
 `weights_study`: the same model trained twice from the same initialisation and data order, with backend A and with
 backend B; at every evaluation, per weight tensor, max |W_A - W_B| and the 1-D Wasserstein-1 distance between the two
 tensors' value distributions (exact: the mean of |sort(W_A) - sort(W_B)|). Controls run the same way: `naive` with two
-seeds, and `naive` in bf16 autocast against `naive` in fp32. The ratio of the slopes of these curves over steps is the
-paper's second figure (flash 2-5x below low-precision training).
+seeds, and `naive` in bf16 autocast against `naive` in fp32. A, B and the seed control train at the config's
+`train.amp` (bf16 autocast by default, as in the paper; on the CPU too, unlike `lra run`). The ratio of the slopes of
+these curves over steps is the paper's second figure (flash 2-5x below low-precision training).
 
 A backend whose output is attention restricted to a pattern exposes it through a method `token_mask(seq_q, seq_k)`
 -> bool (heads or 1, seq_q, seq_k), or, like block_sparse_flash, through `layout(seq_q, seq_k)` and `block`; its
@@ -649,8 +650,9 @@ class RunSpec:
 def _cpu_autocast(device: torch.device, amp: str) -> Iterator[None]:
     """Make the training loop autocast on the CPU too while a run of the study trains (it does so only on CUDA).
 
-    The loop picks its autocast context through `lra.train._autocast`; for the bf16 control on the CPU this swaps in
-    torch.autocast('cpu', bfloat16) for the duration of the run.
+    The loop picks its autocast context through `lra.train._autocast`; for a bf16 (fp16) run on the CPU this swaps in
+    torch.autocast('cpu', bfloat16 (float16)) for the duration of the run, so that CPU and CUDA studies compare the
+    same precisions.
     """
     import lra.train as train_mod
 
@@ -800,7 +802,9 @@ def weights_study(
         if reason:
             raise RunSetupError(reason)
     seed = int(config["train"]["seed"])
-    base_amp = config["train"]["amp"] if dev.type == "cuda" else "none"  # the loop ignores amp on the CPU
+    # A, B and the seed control train at train.amp (bf16 autocast by default: the paper's setting) on every device;
+    # `lra run` ignores amp on the CPU, the study applies it there too (_cpu_autocast)
+    base_amp = config["train"]["amp"]
     runs, pairs = weights_plan(attn_a, attn_b, seed, base_amp, list(controls), low)
 
     tmp = None
