@@ -61,3 +61,19 @@ def test_leaderboard_tables_and_determinism(tmp_path):
 def test_empty_store_still_renders_published_rows(tmp_path):
     (path,) = write_leaderboard(tmp_path / "none", tmp_path, plots=False)
     assert "LRA paper" in path.read_text()
+
+
+def test_runs_with_changed_settings_leave_the_main_accuracy_table(tmp_path):
+    from lra.config import load_config
+
+    store = tmp_path / "results"
+    exact = _run("listops", "flash", 0.371)
+    exact["config"] = load_config("listops", "full")
+    changed = _run("listops", "naive", 0.2)
+    changed["config"] = load_config("listops", "full", ["train.steps=200"])
+    save_record(exact, store)
+    save_record(changed, store)
+    (path,) = write_leaderboard(store, tmp_path, plots=False)
+    main, _, rest = path.read_text().partition("## Other runs")
+    assert "| `flash` | 37.1 |" in main and "`naive`" not in main
+    assert "| `naive` | 20.0 |" in rest
