@@ -7,16 +7,21 @@ import argparse
 from lra.progress import console, out
 
 
-def _csv(text: str) -> list[str]:
+def csv_list(text: str) -> list[str]:
+    """'a, b,c' -> ['a', 'b', 'c']."""
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
-def _ints(text: str) -> list[int]:
+def int_list(text: str) -> list[int]:
+    """'512,1k,4K' -> [512, 1024, 4096]; anything else is a clear error."""
     out = []
-    for x in _csv(text):
+    for x in csv_list(text):
         x = x.lower()
         mult = 1024 if x.endswith("k") else 1
-        out.append(int(x.rstrip("k")) * mult)
+        try:
+            out.append(int(x.rstrip("k")) * mult)
+        except ValueError:
+            raise ValueError(f"{x!r} is not a length; use integers such as 512,1024 or 1k,4k") from None
     return out
 
 
@@ -35,10 +40,10 @@ def cmd_bench_train(args) -> int:
 
     recs = bench_train(
         args.task,
-        _csv(args.attn),
+        csv_list(args.attn),
         preset=args.preset,
         overrides=args.overrides,
-        seqs=_ints(args.seq) if args.seq else None,
+        seqs=int_list(args.seq) if args.seq else None,
         steps=args.steps,
         warmup=args.warmup,
         device=args.device,
@@ -78,12 +83,12 @@ def cmd_bench_attention(args) -> int:
     if args.heads:
         kwargs["heads"] = args.heads
     rows = bench_attention(
-        _csv(args.attn),
-        _ints(args.seq),
-        _ints(args.head_dim),
+        csv_list(args.attn),
+        int_list(args.seq),
+        int_list(args.head_dim),
         dtype,
         batch_tokens=args.batch_tokens,
-        modes=tuple(_csv(args.modes)),
+        modes=tuple(csv_list(args.modes)),
         device=args.device,
         **kwargs,
     )

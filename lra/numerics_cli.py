@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from lra.cli_bench import csv_list, int_list
 from lra.progress import console
 
 FORWARD_EPILOG = """examples:
@@ -20,22 +21,6 @@ WEIGHTS_EPILOG = """examples:
   lra numerics weights listops --preset tiny --attn-b flash --set train.steps=4000 --set train.eval_every=250
   lra numerics weights listops --preset tiny --control seeds          (only the two-seed control)
 """
-
-
-def _csv(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
-
-
-def _ints(text: str) -> list[int]:
-    out = []
-    for x in _csv(text):
-        x = x.lower()
-        mult = 1024 if x.endswith("k") else 1
-        try:
-            out.append(int(x.rstrip("k")) * mult)
-        except ValueError:
-            raise ValueError(f"{x!r} is not a length; use integers such as 512,1024 or 1k,4k") from None
-    return out
 
 
 def _options(items: list[str]) -> dict[str, dict[str, Any]]:
@@ -100,15 +85,17 @@ def cmd_numerics_forward(args) -> int:
 
     device = args.device or _default_device()
     spec = ForwardSpec(
-        backends=_csv(args.attn) if args.attn else _default_backends(),
-        dtypes=parse_dtypes(_csv(args.dtype)),
-        seqs=_ints(args.seq) if args.seq else ([512, 1024, 2048, 4096, 8192, 16384] if device != "cpu" else [256, 512]),
+        backends=csv_list(args.attn) if args.attn else _default_backends(),
+        dtypes=parse_dtypes(csv_list(args.dtype)),
+        seqs=int_list(args.seq)
+        if args.seq
+        else ([512, 1024, 2048, 4096, 8192, 16384] if device != "cpu" else [256, 512]),
         head_dim=args.head_dim,
         heads=args.heads,
         batch=args.batch,
         draws=args.draws,
         inputs=args.inputs,
-        tiles=parse_tiles(_csv(args.tiles)),
+        tiles=parse_tiles(csv_list(args.tiles)),
         device=device,
         seed=args.seed,
         options=_options(args.option),
@@ -142,7 +129,7 @@ def cmd_numerics_weights(args) -> int:
     from lra.numerics import format_weights_tables, plot_weights, weights_study
     from lra.results import save_record
 
-    controls = [] if args.control.strip().lower() == "none" else _csv(args.control)
+    controls = [] if args.control.strip().lower() == "none" else csv_list(args.control)
     record = weights_study(
         args.task,
         preset=args.preset,
