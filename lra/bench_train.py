@@ -4,6 +4,9 @@ Per backend: build the task's model, run warm-up steps, then time `steps` traini
 optimizer) on real batches of the task with CUDA events (wall clock on CPU) and take the median. Stores steps/s,
 tokens/s, peak memory and the speed-up over `naive` measured in the same run. A backend that runs out of memory is
 recorded with status "oom", one that cannot run here with "unsupported: why"; neither is dropped.
+
+Under a launcher (`--nproc N`, torchrun) every rank trains its slice of the global batch in DistributedDataParallel;
+a step's time is the slowest rank's, tokens/s counts the global batch, and the record carries the world size.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from attention_impls import why_cannot_run
+from lra import distributed as dist
 from lra.batches import batch_indices, to_batch
 from lra.config import config_hash, head_dim_of, load_config
 from lra.model import build_model
@@ -31,7 +35,7 @@ def _time_steps(model, optimizer, split, cfg, device, steps: int, warmup: int) -
     t = cfg["train"]
     times = []
     for i in range(warmup + steps):
-        idx = batch_indices(i, len(split), t["batch_size"], t["seed"])
+        idx = batch_indices(i, len(split), t["batch_size"], t["seed"], dist.rank(), dist.world_size())
         tokens, labels = to_batch(split, idx, device)
         if device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -50,6 +54,8 @@ def _time_steps(model, optimizer, split, cfg, device, steps: int, warmup: int) -
             ms = start.elapsed_time(end)
         else:
             ms = (time.perf_counter() - t0) * 1e3
+        if dist.world_size() > 1:  # the step took as long as its slowest rank
+            ms = dist.all_reduce_max(torch.tensor([ms], device=device)).item()
         if i >= warmup:
             times.append(ms)
     return times
@@ -76,7 +82,8 @@ def bench_train(
     env = environment(dev)
     records = []
     lengths = seqs or [None]
-    with make_progress() as progress:
+    world = dist.world_size()
+    with make_progress(disable=not dist.is_main()) as progress:
         bar = progress.add_task(f"bench train {task_name}", total=len(lengths) * len(backends))
         for seq in lengths:
             extra = [f"data.max_length={seq}"] if seq else []
@@ -96,6 +103,7 @@ def bench_train(
                     "config": cfg,
                     "config_hash": config_hash(cfg),
                     "timed_steps": steps,
+                    "world_size": world,
                     "data": "synthetic full-length tokens" if synthetic else "task data",
                     **env,
                 }
@@ -129,6 +137,7 @@ def _measure(cfg, task, split, backend, dev, steps, warmup, seq_tokens) -> dict[
     try:
         model = build_model(cfg, task.vocab_size, task.seq_len, task.num_classes, task.pair, backend).to(dev)
         model.train()
+        model = dist.wrap(model, dev)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         if dev.type == "cuda":
             torch.cuda.empty_cache()

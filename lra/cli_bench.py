@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from lra.progress import console, out
 
@@ -36,21 +37,33 @@ def _store(records, results) -> None:
 def cmd_bench_train(args) -> int:
     from rich.table import Table
 
+    from lra import distributed as dist
     from lra.bench_train import bench_train
 
-    recs = bench_train(
-        args.task,
-        csv_list(args.attn),
-        preset=args.preset,
-        overrides=args.overrides,
-        seqs=int_list(args.seq) if args.seq else None,
-        steps=args.steps,
-        warmup=args.warmup,
-        device=args.device,
-        data_dir=args.data_dir,
-        synthetic=args.synthetic,
-    )
-    t = Table(title=f"bench train {args.task}")
+    if args.nproc > 1:
+        from lra.launch import launch_local
+
+        return launch_local(args.nproc, sys.argv[1:])
+    dist.init_from_env(args.device)
+    main = dist.is_main()
+    try:
+        recs = bench_train(
+            args.task,
+            csv_list(args.attn),
+            preset=args.preset,
+            overrides=args.overrides,
+            seqs=int_list(args.seq) if args.seq else None,
+            steps=args.steps,
+            warmup=args.warmup,
+            device=args.device,
+            data_dir=args.data_dir,
+            synthetic=args.synthetic,
+        )
+    finally:
+        dist.shutdown()
+    if not main:
+        return 0
+    t = Table(title=f"bench train {args.task} ({recs[0]['world_size']} process(es))" if recs else "bench train")
     for col in ("backend", "seq", "status", "ms/step", "steps/s", "tokens/s", "peak MB", "vs naive"):
         t.add_column(col)
     for r in recs:
@@ -130,6 +143,9 @@ def add_bench(sub) -> None:
     t.add_argument("--warmup", type=int, default=5)
     t.add_argument("--data-dir", default=None)
     t.add_argument("--synthetic", action="store_true", help="random full-length tokens instead of the task's data")
+    t.add_argument(
+        "--nproc", type=int, default=1, help="time data-parallel steps over N local processes (DDP; global batch kept)"
+    )
     t.set_defaults(func=cmd_bench_train)
 
 

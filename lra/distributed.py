@@ -47,6 +47,13 @@ def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def all_reduce_max(t: torch.Tensor) -> torch.Tensor:
+    if world_size() > 1:
+        t = t.clone()
+        td.all_reduce(t, op=td.ReduceOp.MAX)
+    return t
+
+
 def init_from_env(device: str | None = None) -> None:
     """Join the process group the launcher (torchrun, `lra run --nproc`) describes; nothing for one process.
 

@@ -196,6 +196,35 @@ def speed_tables(bench: list[dict[str, Any]]) -> list[Table]:
     return tables
 
 
+def scaling_table(bench: list[dict[str, Any]]) -> Table | None:
+    """Data-parallel throughput: global tokens/s with N processes over the same bench with one, same config."""
+    key = lambda r: (r["task"], r["backend"], r.get("seq_len"), r.get("config_hash"), r.get("device"))  # noqa: E731
+    ok = [r for r in bench if r.get("status", "ok") == "ok"]
+    single = _latest([r for r in ok if r.get("world_size", 1) == 1], key)
+    multi = _latest([r for r in ok if r.get("world_size", 1) > 1], lambda r: (*key(r), r["world_size"]))
+    rows = []
+    for k, rec in sorted(multi.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]), kv[0][5])):
+        base = single.get(k[:5])
+        if base is None:
+            continue
+        n, tok, tok1 = k[5], rec["metrics"]["tokens_per_s"], base["metrics"]["tokens_per_s"]
+        rows.append(
+            [k[0], f"`{k[1]}`", str(k[2]), str(n), f"{tok1:,.0f}", f"{tok:,.0f}", f"{tok / tok1:.2f}x",
+             f"{100 * tok / tok1 / n:.0f}%", k[4] or "-"]
+        )  # fmt: skip
+    if not rows:
+        return None
+    return Table(
+        "Data-parallel scaling (`lra bench train --nproc N`)",
+        ["task", "backend", "seq", "processes", "tokens/s, 1", "tokens/s, N", "speed-up", "efficiency", "device"],
+        rows,
+        [
+            "Global tokens/s of DistributedDataParallel training steps over N processes (one GPU each, the slowest"
+            " rank's step time) against the same command with one process; same config and global batch."
+        ],
+    )
+
+
 def attention_tables(rows: list[dict[str, Any]]) -> list[Table]:
     """Kernel throughput (TFLOP/s and ms) from `lra bench attention` records."""
     latest = _latest(
@@ -232,7 +261,9 @@ def attention_tables(rows: list[dict[str, Any]]) -> list[Table]:
 
 
 def numerics_table(records: list[dict[str, Any]]) -> Table | None:
-    latest = _latest(records, lambda r: (r["backend"], r.get("device")))
+    """Deviation at the longest length of each backend's newest study on N(0,1) inputs (outlier studies aside)."""
+    normal = [r for r in records if r.get("inputs", "normal") == "normal"]
+    latest = _latest(normal, lambda r: (r["backend"], r.get("device")))
     if not latest:
         return None
     dtypes = ["bf16", "fp16", "fp32"]
@@ -282,7 +313,8 @@ def build_tables(records: list[dict[str, Any]]) -> list[Table]:
         ),
         accuracy_table(tiny, "Smoke runs (`tiny` preset, CPU-sized)", with_published=False),
         time_to_accuracy_table(full),
-        *speed_tables([r for r in records if r.get("kind") == "bench_train"]),
+        *speed_tables([r for r in records if r.get("kind") == "bench_train" and r.get("world_size", 1) == 1]),
+        scaling_table([r for r in records if r.get("kind") == "bench_train"]),
         *attention_tables([r for r in records if r.get("kind") == "bench_attention"]),
         numerics_table([r for r in records if r.get("kind") == "numerics_forward"]),
     ]

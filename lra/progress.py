@@ -18,8 +18,8 @@ def quiet() -> bool:
     return os.environ.get("LRA_QUIET", "0") not in ("", "0")
 
 
-def make_progress(*extra_columns: TextColumn) -> Progress:
-    """A progress display with bar, count, elapsed and remaining time, plus `extra_columns`."""
+def make_progress(*extra_columns: TextColumn, disable: bool = False) -> Progress:
+    """A progress display with bar, count, elapsed and remaining time, plus `extra_columns` (off when `disable`)."""
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -28,7 +28,7 @@ def make_progress(*extra_columns: TextColumn) -> Progress:
         TimeRemainingColumn(),
         *extra_columns,
         console=console,
-        disable=quiet(),
+        disable=disable or quiet(),
         transient=False,
     )
 

@@ -222,7 +222,7 @@ def train(
         torch.cuda.reset_peak_memory_stats(dev)
 
     columns = TextColumn("{task.fields[stats]}")
-    with make_progress(columns) as progress:
+    with make_progress(columns, disable=not dist.is_main()) as progress:
         bar = progress.add_task("train", total=t["steps"], completed=state.step, stats="")
         while state.step < t["steps"]:
             if stop_after is not None and steps_this_call >= stop_after:

@@ -121,3 +121,37 @@ def test_global_batch_must_divide_among_processes():
 def test_strip_nproc():
     assert strip_nproc(["run", "listops", "--nproc", "2", "--attn", "naive"]) == ["run", "listops", "--attn", "naive"]
     assert strip_nproc(["run", "x", "--nproc=4"]) == ["run", "x"]
+
+
+def _bench_worker(rank: int, world: int, port: int, cfg_path: str, out_file: str) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank)
+    )
+    torch.set_num_threads(1)
+    import json
+
+    from lra import distributed as dist
+    from lra.bench_train import bench_train
+
+    dist.init_from_env("cpu")
+    try:
+        recs = bench_train(cfg_path, ["naive"], steps=3, warmup=1, device="cpu")
+    finally:
+        dist.shutdown()
+    with open(f"{out_file}.{rank}", "w") as f:
+        json.dump([{k: r[k] for k in ("status", "world_size", "metrics", "batch_size", "seq_len")} for r in recs], f)
+
+
+def test_bench_train_under_two_processes_counts_the_global_batch(tmp_path):
+    import json
+
+    cfg_path = toy_config_path(tmp_path)
+    mp.spawn(_bench_worker, args=(2, _free_port(), cfg_path, str(tmp_path / "recs")), nprocs=2, join=True)
+    per_rank = [json.loads((tmp_path / f"recs.{r}").read_text()) for r in range(2)]
+    for recs in per_rank:
+        (rec,) = recs
+        assert rec["status"] == "ok" and rec["world_size"] == 2
+        m = rec["metrics"]
+        assert m["tokens_per_s"] == pytest.approx(m["steps_per_s"] * 32 * 24)  # global batch 32, not 16 per rank
+    # every rank reports the slowest rank's step time, so the ranks agree
+    assert per_rank[0][0]["metrics"]["ms_per_step"] == per_rank[1][0]["metrics"]["ms_per_step"]

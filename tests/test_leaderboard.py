@@ -77,3 +77,17 @@ def test_runs_with_changed_settings_leave_the_main_accuracy_table(tmp_path):
     main, _, rest = path.read_text().partition("## Other runs")
     assert "| `flash` | 37.1 |" in main and "`naive`" not in main
     assert "| `naive` | 20.0 |" in rest
+
+
+def test_scaling_table_compares_n_processes_with_one(tmp_path):
+    store = tmp_path / "results"
+    for world, tps in ((1, 1000.0), (2, 1900.0)):
+        rec = _bench("listops", "flash", tps / 100)
+        rec.update(world_size=world, config_hash="abc")
+        rec["metrics"]["tokens_per_s"] = tps
+        save_record(rec, store)
+    (path,) = write_leaderboard(store, tmp_path, plots=False)
+    text = path.read_text()
+    assert "| listops | `flash` | 1024 | 2 | 1,000 | 1,900 | 1.90x | 95% |" in text
+    speed = text.split("## Training speed-up")[1].split("## ")[0]
+    assert "19.00/s" not in speed  # the two-process bench stays out of the single-GPU speed table
