@@ -1,4 +1,5 @@
-"""PNG plots of speed and memory against sequence length per backend (needs the `plots` extra: matplotlib)."""
+"""PNG plots (needs the `plots` extra: matplotlib): speed and memory against sequence length per backend, and the
+numerics studies (forward deviation against length, weight deviation against training step)."""
 
 from __future__ import annotations
 
@@ -57,4 +58,31 @@ def write_plots(records: list[dict[str, Any]], out_dir: Path) -> list[Path]:
             fig.savefig(tmp, dpi=100)
         plt.close(fig)
         written.append(path)
+    return written + _numerics_plots(records, plot_dir)
+
+
+def _numerics_plots(records: list[dict[str, Any]], plot_dir: Path) -> list[Path]:
+    """One forward-deviation plot per (device, inputs) from each backend's newest study; one weights plot per task."""
+    from lra.numerics import plot_forward, plot_weights
+
+    newest: dict[tuple, dict[str, Any]] = {}
+    weights: dict[str, dict[str, Any]] = {}
+    for r in sorted(records, key=lambda r: (r.get("date", ""), r.get("_file", ""))):
+        if r.get("kind") == "numerics_forward":
+            newest[(r.get("device"), r.get("inputs", "normal"), r["backend"])] = r
+        elif r.get("kind") == "numerics_weights":
+            weights[r["task"]] = r
+    studies: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for (device, inputs, _), r in newest.items():
+        studies[(device, inputs)] += r["metrics"].get("rows", [])
+    written = []
+    for (device, inputs), rows in sorted(studies.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        plot_dir.mkdir(parents=True, exist_ok=True)
+        name = f"numerics-forward-{inputs}-{str(device).replace(' ', '_')}.png"
+        path = plot_forward(rows, plot_dir / name)
+        written += [path] if path else []
+    for task, rec in sorted(weights.items()):
+        plot_dir.mkdir(parents=True, exist_ok=True)
+        path = plot_weights(rec, plot_dir / f"numerics-weights-{task}.png")
+        written += [path] if path else []
     return written

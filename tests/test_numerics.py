@@ -168,10 +168,12 @@ def test_block_sparse_backend_is_measured_against_its_masked_golden():
         pytest.skip("block_sparse_flash is not registered")
     opts = {"block_sparse_flash": {"layout": ["local"], "block": 16}}
     spec = ForwardSpec(
-        backends=["block_sparse_flash"], dtypes=["fp32", "bf16"], seqs=[64], draws=1, options=opts, **TINY
+        backends=["naive", "block_sparse_flash"], dtypes=["fp32", "bf16"], seqs=[64], draws=1, options=opts, **TINY
     )
     rows = forward_study(spec)
-    fp32, bf16 = (rows_by(rows, dtype=d)[0] for d in ("fp32", "bf16"))
+    fp32, bf16 = (rows_by(rows, backend="block_sparse_flash", dtype=d)[0] for d in ("fp32", "bf16"))
+    assert bf16["masked"] and "ratio_vs_naive" not in bf16  # dense naive is no peer for a masked golden
+    assert bf16["ctrl_ratio"] is not None  # the control compares with naive under the same mask
     assert fp32["status"] == bf16["status"] == "ok"
     assert fp32["max"] < 1e-5 < bf16["max"]
     assert fp32["tiles_used"] == ("16x16" if fp32["impl"] == "kernel" else None)
