@@ -34,7 +34,12 @@ def results_dir() -> Path:
 
 
 def git_commit() -> str | None:
-    """HEAD of the checkout this code runs from, with '+dirty' when the work tree has changes; None outside git."""
+    """HEAD of the checkout this code runs from, with '+dirty' when the work tree has changes; None outside git.
+
+    `LRA_GIT_COMMIT` overrides it, for copies of a work tree whose .git does not follow the files (a remote machine).
+    """
+    if os.environ.get("LRA_GIT_COMMIT"):
+        return os.environ["LRA_GIT_COMMIT"]
     try:
         head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=5, check=True

@@ -91,3 +91,19 @@ def test_scaling_table_compares_n_processes_with_one(tmp_path):
     assert "| listops | `flash` | 1024 | 2 | 1,000 | 1,900 | 1.90x | 95% |" in text
     speed = text.split("## Training speed-up")[1].split("## ")[0]
     assert "19.00/s" not in speed  # the two-process bench stays out of the single-GPU speed table
+
+
+def test_git_commit_comes_from_the_checkout_unless_overridden(monkeypatch):
+    import subprocess
+
+    from lra.results import REPO_ROOT, git_commit
+
+    monkeypatch.delenv("LRA_GIT_COMMIT", raising=False)
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        assert git_commit() is None
+    else:
+        assert git_commit().split("+")[0] == head.stdout.strip()
+    monkeypatch.setenv("LRA_GIT_COMMIT", "abc123")
+    assert git_commit() == "abc123"

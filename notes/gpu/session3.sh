@@ -5,6 +5,7 @@
 # A: data, 1 -> 2 GPU scaling, then naive ListOps detached on GPU 0 (setsid: it outlives the call on a warm machine)
 #    and the forward numerics on GPU 1.  B (GPU 1; naive still on GPU 0): weights numerics, flash ListOps, outlier
 #    inputs.  C (GPU 1): Path-256 bench, flex rows, block_sparse_flash ListOps if time allows, then wait for naive.
+# Records' git_commit: the device's copy of .git is stale; start the command with LRA_GIT_COMMIT=<hash> next time.
 # Everything lives under runs/ (kept on a warm machine); each phase returns all records and logs as one tarball.
 set -u
 PHASE=$1
