@@ -40,18 +40,20 @@ def wrap(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 
-def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+def _all_reduce(t: torch.Tensor, op) -> torch.Tensor:
+    """`t` reduced over all ranks (a copy; `t` itself is left alone); `t` for one process."""
     if world_size() > 1:
         t = t.clone()
-        td.all_reduce(t)
+        td.all_reduce(t, op=op)
     return t
+
+
+def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    return _all_reduce(t, td.ReduceOp.SUM)
 
 
 def all_reduce_max(t: torch.Tensor) -> torch.Tensor:
-    if world_size() > 1:
-        t = t.clone()
-        td.all_reduce(t, op=td.ReduceOp.MAX)
-    return t
+    return _all_reduce(t, td.ReduceOp.MAX)
 
 
 def init_from_env(device: str | None = None) -> None:

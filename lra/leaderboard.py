@@ -295,7 +295,9 @@ def numerics_table(records: list[dict[str, Any]]) -> Table | None:
         [
             "max |out - golden| and its mean over elements on N(0,1) inputs, at the longest length of the newest study"
             " (`lra numerics forward`; Golden et al. 2024). The golden is naive attention in fp64 on the same"
-            ' (rounded) inputs and the same mask; "naive\'s" is naive attention run in bf16. Relative L2 ='
+            " (rounded) inputs and the same mask. bf16 control (the check FlashAttention's author recommends):"
+            " max |backend - naive fp32| / max |naive bf16 - naive fp32|, naive under the same mask; below 1 = closer"
+            " to fp32 than naive attention in bf16. Relative L2 ="
             " ||out - golden|| / ||golden||: sparse layouts average fewer keys, so their outputs and absolute"
             " deviations are larger at the same relative error."
         ],

@@ -75,14 +75,14 @@ def _numerics_plots(records: list[dict[str, Any]], plot_dir: Path) -> list[Path]
     studies: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for (device, inputs, _), r in newest.items():
         studies[(device, inputs)] += r["metrics"].get("rows", [])
+    if studies or weights:
+        plot_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for (device, inputs), rows in sorted(studies.items(), key=lambda kv: tuple(map(str, kv[0]))):
-        plot_dir.mkdir(parents=True, exist_ok=True)
         name = f"numerics-forward-{inputs}-{str(device).replace(' ', '_')}.png"
         path = plot_forward(rows, plot_dir / name)
         written += [path] if path else []
     for task, rec in sorted(weights.items()):
-        plot_dir.mkdir(parents=True, exist_ok=True)
         path = plot_weights(rec, plot_dir / f"numerics-weights-{task}.png")
         written += [path] if path else []
     return written
