@@ -16,6 +16,7 @@ Also registered here: named presets of this backend for the LRA paper's structur
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -63,6 +64,7 @@ class BlockSparseFlash(FlashAttention):
         exact=False,
         notes="own Triton kernel, kept blocks only; CPU: dense-masked fallback",
     )
+    has_fallback = True
     default_layout: Any = "butterfly"
     default_block: int = 128
 
@@ -112,7 +114,18 @@ class BlockSparseFlash(FlashAttention):
     def _lists(self, q, k):
         return self.layout_lists(q.shape[2], k.shape[2])
 
-    def use_kernel(self, device: torch.device) -> bool:
+    def token_mask(self, seq_q: int, seq_k: int) -> torch.Tensor:
+        """The layout expanded to tokens: bool (heads or 1, seq_q, seq_k)."""
+        return layout_token_mask(self.layout(seq_q, seq_k), self.block, seq_q, seq_k)
+
+    def tiles(self, dtype: torch.dtype, device_type: str):
+        """Flash's tiles clamped to the layout block (the kernel's tiles must divide it)."""
+        t = super().tiles(dtype, device_type)
+        return replace(
+            t, **{f: min(getattr(t, f), self.block) for f in ("block_m", "block_n", "bwd_block_m", "bwd_block_n")}
+        )
+
+    def runs_kernel(self, device: torch.device) -> bool:
         if self.fallback == "kernel":
             return True
         if self.fallback == "dense_masked":
@@ -120,12 +133,11 @@ class BlockSparseFlash(FlashAttention):
         return device.type == "cuda" or triton_interpreting()
 
     def forward(self, q, k, v, key_padding_mask=None):
-        if self.use_kernel(q.device):
+        if self.runs_kernel(q.device):
             return super().forward(q, k, v, key_padding_mask)
         if key_padding_mask is not None:
             lengths_from_mask(key_padding_mask)  # same contract as the kernel: right-padded masks only
-        nq, nk = q.shape[2], k.shape[2]
-        token_mask = layout_token_mask(self.layout(nq, nk), self.block, nq, nk)
+        token_mask = self.token_mask(q.shape[2], k.shape[2])
         p = self.dropout if self.training else 0.0
         return dense_masked_attention(q, k, v, key_padding_mask, token_mask, self.scale, p)
 

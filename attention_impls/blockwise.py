@@ -166,6 +166,10 @@ class FlashBlockwise(AttentionBackend):
             raise ValueError(f"block_m and block_n must be positive, got {block_m}, {block_n}")
         self.block_m, self.block_n = int(block_m), int(block_n)
 
+    def tile_shape(self, dtype: torch.dtype, device_type: str) -> tuple[int, int]:
+        """(block_m, block_n), the same on every device and dtype."""
+        return self.block_m, self.block_n
+
     def forward(self, q, k, v, key_padding_mask=None):
         lengths = lengths_from_mask(key_padding_mask) if key_padding_mask is not None else None
         p = self.dropout if self.training else 0.0

@@ -78,6 +78,10 @@ class FlashAttention(AttentionBackend):
         """The tiles used for inputs of `dtype` on `device_type`: the tuned defaults with the options applied."""
         return default_tiles(self.head_dim, dtype, device_type).with_options(**self.tile_options)
 
+    def tile_shape(self, dtype: torch.dtype, device_type: str) -> tuple[int, int]:
+        t = self.tiles(dtype, device_type)
+        return t.block_m, t.block_n
+
     def _lists(self, q: torch.Tensor, k: torch.Tensor):
         return None  # dense: every key tile below the row's length (block_sparse_flash overrides this)
 

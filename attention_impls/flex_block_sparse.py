@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from attention_impls.flex import FlexAttention
-from attention_impls.layouts import build_layout, layout_density, parse_layout
+from attention_impls.layouts import build_layout, layout_density, layout_token_mask, parse_layout
 from attention_impls.registry import Capabilities, register_backend
 
 
@@ -42,6 +42,10 @@ class FlexBlockSparse(FlexAttention):
             qb, kb = -(-nq // self.block), -(-nk // self.block)
             self._cache[key] = build_layout(self.layout_spec, qb, kb, heads=self.heads, seed=self.seed).to(device)
         return self._cache[key]
+
+    def token_mask(self, seq_q: int, seq_k: int) -> torch.Tensor:
+        """The layout expanded to tokens: bool (heads or 1, seq_q, seq_k)."""
+        return layout_token_mask(self._layout(seq_q, seq_k, torch.device("cpu")), self.block, seq_q, seq_k)
 
     def density(self, seq_len: int | None = None) -> float:
         n = self.seq_len if seq_len is None else seq_len

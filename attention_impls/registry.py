@@ -9,7 +9,6 @@ a query whose keys are all padding gets zeros too, never NaN.
 from __future__ import annotations
 
 import importlib.util
-import inspect
 import os
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -17,9 +16,11 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from lra.registry import Registry
+from lra.core.registry import Registry
 
-BACKENDS: Registry[type[AttentionBackend]] = Registry("attention backend", package="attention_impls")
+BACKENDS: Registry[type[AttentionBackend]] = Registry(
+    "attention backend", package="attention_impls", fixed=("heads", "head_dim", "seq_len", "dropout")
+)
 register_backend = BACKENDS.register
 
 ALL_FLOAT = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -71,6 +72,7 @@ class AttentionBackend(nn.Module):
 
     name: ClassVar[str]
     capabilities: ClassVar[Capabilities] = Capabilities()
+    has_fallback: ClassVar[bool] = False  # a kernel with a plain-PyTorch fallback (see runs_kernel)
 
     def __init__(self, heads: int, head_dim: int, seq_len: int, dropout: float = 0.0, scale: float | None = None):
         super().__init__()
@@ -85,22 +87,37 @@ class AttentionBackend(nn.Module):
     ) -> torch.Tensor:
         raise NotImplementedError
 
+    # Optional hooks, with defaults that describe a dense, untiled backend. Benchmarks and the numerics study call
+    # them on every backend, so a new sparse or tiled backend is measured against its own mask and tiles for free.
+
+    def token_mask(self, seq_q: int, seq_k: int) -> torch.Tensor | None:
+        """The (query, key) pairs this backend attends: bool (heads or 1, seq_q, seq_k), or None for all of them.
+
+        Exact attention restricted to a pattern (block-sparse layouts) returns its pattern here, and is then compared
+        with naive attention under the same mask.
+        """
+        return None
+
+    def density(self, seq_len: int | None = None) -> float:
+        """The fraction of (query, key) pairs computed at `seq_len` (default: the model's); 1 for dense attention."""
+        return 1.0
+
+    def tile_shape(self, dtype: torch.dtype, device_type: str) -> tuple[int, int] | None:
+        """(query rows, keys) of the forward tile used for `dtype` on `device_type` (tiled backends), else None."""
+        return None
+
+    def runs_kernel(self, device: torch.device) -> bool:
+        """Whether the backend's own kernel runs on `device` (False where it falls back to plain PyTorch; backends
+        with a fallback set `has_fallback`)."""
+        return True
+
     def extra_repr(self) -> str:
         return f"heads={self.heads}, head_dim={self.head_dim}, seq_len={self.seq_len}, dropout={self.dropout}"
 
 
-def backend_options(cls: type[AttentionBackend]) -> dict[str, Any]:
-    """The options a backend takes beyond the model shape, with their defaults."""
-    shape_args = {"self", "heads", "head_dim", "seq_len", "dropout"}
-    out: dict[str, Any] = {}
-    for klass in reversed(cls.__mro__):
-        if not (isinstance(klass, type) and issubclass(klass, AttentionBackend)):
-            continue
-        for p in inspect.signature(klass.__init__).parameters.values():
-            if p.name in shape_args or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
-                continue
-            out[p.name] = None if p.default is inspect.Parameter.empty else p.default
-    return out
+def backend_options(name: str) -> dict[str, Any]:
+    """The options backend `name` takes beyond the model shape, with their defaults."""
+    return BACKENDS.options(name)
 
 
 def build_attention(
@@ -113,16 +130,7 @@ def build_attention(
     options: dict[str, Any] | None = None,
 ) -> AttentionBackend:
     """Build the backend `name` for a model shape; unknown options fail with the valid ones."""
-    cls = BACKENDS.get(name)
-    options = dict(options or {})
-    valid = backend_options(cls)
-    unknown = sorted(set(options) - set(valid))
-    if unknown:
-        raise ValueError(
-            f"attention backend {name!r} has no option(s) {', '.join(unknown)}; "
-            f"valid options: {', '.join(sorted(valid)) or '(none)'}"
-        )
-    return cls(heads=heads, head_dim=head_dim, seq_len=seq_len, dropout=dropout, **options)
+    return BACKENDS.build(name, options, heads=heads, head_dim=head_dim, seq_len=seq_len, dropout=dropout)
 
 
 def triton_interpreting() -> bool:

@@ -1,3 +1,3 @@
-from lra.cli import main
+from lra.cli.main import main
 
 raise SystemExit(main())

@@ -319,7 +319,7 @@ def flash_options(d):
 
 
 def bench(label, backends, seqs, dims, **kw):
-    from lra.bench_attention import bench_attention
+    from lra.bench.attention import bench_attention
 
     if elapsed() > BUDGET:
         log(f"bench {label}: skipped (budget)")

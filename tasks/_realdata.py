@@ -15,8 +15,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from lra.core.errors import DataCorruptError, DataMissingError
 from tasks._cache import TaskCache
-from tasks.registry import SPLITS, DataCorruptError, DataMissingError, Split, Task
+from tasks.registry import SPLITS, Split, Task
 
 # Errors a damaged or truncated archive raises while it is read (gzip/bz2/xz streams, tar headers).
 ARCHIVE_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError, ValueError)

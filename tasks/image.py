@@ -36,10 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from lra.progress import make_progress
+from lra.core.errors import DataCorruptError, DataMissingError
+from lra.core.progress import make_progress
 from tasks._imagecodec import ImageDecodeError, decode_image, pil_available
 from tasks._realdata import ARCHIVE_ERRORS, CachedTask, carve_validation, check_count, corrupt, shuffled
-from tasks.registry import DataCorruptError, DataMissingError, Split, register_task
+from tasks.registry import Split, register_task
 
 CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar.html (cifar-10-python.tar.gz)"
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")

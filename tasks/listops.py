@@ -27,10 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from lra.atomic import atomic_open, atomic_path
-from lra.progress import make_progress
+from lra.core.atomic import atomic_open, atomic_path
+from lra.core.errors import DataCorruptError, DataMissingError
+from lra.core.progress import make_progress
 from tasks import _listops_gen as gen
-from tasks.registry import SPLITS, DataCorruptError, DataMissingError, Split, Task, register_task
+from tasks.registry import SPLITS, Split, Task, register_task
 
 TOKEN_STRINGS = gen.TOKEN_STRINGS
 TSV_HEADER = ("Source", "Target")

@@ -26,12 +26,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from lra.atomic import atomic_path, write_json
-from lra.progress import make_progress
+from lra.core.atomic import atomic_path, write_json
+from lra.core.errors import DataCorruptError
+from lra.core.progress import make_progress
 from tasks._pathfinder import release, store
 from tasks._pathfinder.draw import GENERATOR_VERSION, check_settings, labels_for
 from tasks._pathfinder.geometry import SPECS
-from tasks.registry import SPLITS, DataCorruptError, Split, Task, register_task
+from tasks.registry import SPLITS, Split, Task, register_task
 
 VOCAB_SIZE = 257  # 256 grey levels + padding
 

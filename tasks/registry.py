@@ -8,7 +8,6 @@ returns a `Split` (tokens shaped (N, L), or (N, 2, L) for two-document tasks; 0 
 
 from __future__ import annotations
 
-import inspect
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,20 +15,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from lra.registry import Registry
+from lra.core.registry import Registry
 
-TASKS: Registry[type[Task]] = Registry("task", package="tasks")
+TASKS: Registry[type[Task]] = Registry("task", package="tasks", fixed=("data_dir",), option_noun="data setting")
 register_task = TASKS.register
 
 SPLITS = ("train", "val", "test")
-
-
-class DataMissingError(FileNotFoundError):
-    """The task's data is not where it is expected; the message says what to do."""
-
-
-class DataCorruptError(ValueError):
-    """Input data is malformed; the message names the file and the row."""
 
 
 @dataclass
@@ -97,26 +88,11 @@ class Task:
         return {"task": self.name, "data_dir": str(self.data_dir)}
 
 
-def task_options(cls: type[Task]) -> dict[str, Any]:
-    """The `data:` settings a task takes, with defaults."""
-    out: dict[str, Any] = {}
-    for klass in reversed(cls.__mro__):
-        if not (isinstance(klass, type) and issubclass(klass, Task)):
-            continue
-        for p in inspect.signature(klass.__init__).parameters.values():
-            if p.name in ("self", "data_dir") or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
-                continue
-            out[p.name] = None if p.default is inspect.Parameter.empty else p.default
-    return out
+def task_options(name: str) -> dict[str, Any]:
+    """The `data:` settings task `name` takes, with defaults."""
+    return TASKS.options(name)
 
 
 def build_task(name: str, data_dir: str | os.PathLike[str] | None = None, **options: Any) -> Task:
     """Build task `name` with the config's data settings; unknown settings fail with the valid ones."""
-    cls = TASKS.get(name)
-    valid = task_options(cls)
-    unknown = sorted(set(options) - set(valid))
-    if unknown:
-        raise ValueError(
-            f"task {name!r} has no data setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(valid))}"
-        )
-    return cls(data_dir=data_dir, **options)
+    return TASKS.build(name, options, data_dir=data_dir)

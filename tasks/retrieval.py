@@ -24,9 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from lra.progress import make_progress
+from lra.core.errors import DataMissingError
+from lra.core.progress import make_progress
 from tasks._realdata import CachedTask, check_count, corrupt
-from tasks.registry import DataMissingError, register_task
+from tasks.registry import register_task
 
 LRA_URL = "https://storage.googleapis.com/long-range-arena/lra_release.gz (the LRA repo's data; AAN: tsv_data/)"
 STORE_LENGTH = 4000

@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from lra.progress import make_progress
+from lra.core.errors import DataCorruptError, DataMissingError
+from lra.core.progress import make_progress
 from tasks._realdata import (
     ARCHIVE_ERRORS,
     CachedTask,
@@ -37,7 +38,7 @@ from tasks._realdata import (
     corrupt,
     shuffled,
 )
-from tasks.registry import DataCorruptError, DataMissingError, Split, register_task
+from tasks.registry import Split, register_task
 
 IMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
 STORE_LENGTH = 4096

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lra.cli import main
-from lra.results import load_records
+from lra.cli.main import main
+from lra.results.store import load_records
 from tests.toy_task import toy_config_path
 
 
@@ -58,7 +58,7 @@ def test_listops_export_reads_back(tmp_path):
     assert main(["data", "export", "listops", str(tmp_path / "tsv"), *args]) == 0
     for split in ("train", "val", "test"):
         assert (tmp_path / "tsv" / f"basic_{split}.tsv").is_file()
-    from lra.config import load_config
+    from lra.train.config import load_config
     from tasks import build_task
 
     cfg = load_config("listops", "tiny")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lra.config import ConfigError, config_hash, load_config, parse_override
-from lra.schedules import lr_factor
+from lra.core.errors import ConfigError
+from lra.train.config import config_hash, load_config, parse_override
+from lra.train.schedules import lr_factor
 from tests.toy_task import toy_config_path
 
 

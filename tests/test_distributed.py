@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from lra.checkpoint import LAST, load_checkpoint
-from lra.config import load_config
-from lra.launch import strip_nproc
-from lra.results import load_records
+from lra.results.store import load_records
+from lra.train.checkpoint import LAST, load_checkpoint
+from lra.train.config import load_config
+from lra.train.launch import strip_nproc
 from tests.toy_task import toy_config_path
 
 NO_DROPOUT = ["model.dropout=0.0", "train.steps=40", "train.eval_every=20"]
@@ -29,8 +29,8 @@ def _worker(rank: int, world: int, port: int, cfg_path: str, out_dir: str, store
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank)
     )
     torch.set_num_threads(1)
-    from lra import distributed as dist
-    from lra.train import train
+    from lra.train import distributed as dist
+    from lra.train.run import train
 
     dist.init_from_env("cpu")
     try:
@@ -47,7 +47,7 @@ def _spawn(world, tmp_path, name, stop_after=None, resume=False):
 
 
 def _single(tmp_path, name, stop_after=None, resume=False):
-    from lra.train import train
+    from lra.train.run import train
 
     cfg = load_config(toy_config_path(tmp_path), None, NO_DROPOUT)
     return train(
@@ -109,7 +109,7 @@ def test_resume_across_world_sizes(tmp_path):
 
 
 def test_global_batch_must_divide_among_processes():
-    from lra.batches import batch_indices
+    from lra.train.batches import batch_indices
 
     with pytest.raises(ValueError, match="does not divide"):
         batch_indices(0, 100, 30, seed=0, rank=0, world=4)
@@ -130,8 +130,8 @@ def _bench_worker(rank: int, world: int, port: int, cfg_path: str, out_file: str
     torch.set_num_threads(1)
     import json
 
-    from lra import distributed as dist
-    from lra.bench_train import bench_train
+    from lra.bench.train import bench_train
+    from lra.train import distributed as dist
 
     dist.init_from_env("cpu")
     try:

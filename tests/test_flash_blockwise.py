@@ -8,7 +8,7 @@ import torch
 
 from attention_impls import build_attention
 from attention_impls.blockwise import blockwise_attention, hash_uniform
-from lra.bench_attention import attention_flops, bench_attention, format_attention_table, peer_ratios
+from lra.bench.attention import attention_flops, bench_attention, format_attention_table, peer_ratios
 from tests.reference import reference_attention, rel_err, right_padded_mask
 
 

@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lra.core.errors import DataCorruptError, DataMissingError
 from tasks import _imagecodec as codec
 from tasks import image as I
-from tasks.registry import TASKS, DataCorruptError, DataMissingError, build_task
+from tasks.registry import TASKS, build_task
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10_jpeg.tar.gz"
 RNG = np.random.default_rng(1234)
@@ -501,7 +502,7 @@ def test_real_cifar_archive_counts_and_known_image():
 
 @pytest.mark.parametrize("preset", [None, "tiny", "full"])
 def test_config_data_settings_build_the_task(tmp_path, preset):
-    from lra.config import load_config
+    from lra.train.config import load_config
 
     cfg = load_config("image", preset)
     task = build_task(cfg["task"], data_dir=tmp_path, **cfg["data"])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from lra.leaderboard import write_leaderboard
-from lra.results import save_record
+from lra.results.leaderboard import write_leaderboard
+from lra.results.store import save_record
 
 
 def _run(task, backend, acc, preset="full", date="2026-11-30T10:00:00Z"):
@@ -64,7 +64,7 @@ def test_empty_store_still_renders_published_rows(tmp_path):
 
 
 def test_runs_with_changed_settings_leave_the_main_accuracy_table(tmp_path):
-    from lra.config import load_config
+    from lra.train.config import load_config
 
     store = tmp_path / "results"
     exact = _run("listops", "flash", 0.371)
@@ -96,7 +96,7 @@ def test_scaling_table_compares_n_processes_with_one(tmp_path):
 def test_git_commit_comes_from_the_checkout_unless_overridden(monkeypatch):
     import subprocess
 
-    from lra.results import REPO_ROOT, git_commit
+    from lra.core.environment import REPO_ROOT, git_commit
 
     monkeypatch.delenv("LRA_GIT_COMMIT", raising=False)
     try:

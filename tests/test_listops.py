@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 import yaml
 
+from lra.core.errors import DataCorruptError, DataMissingError
 from tasks import _listops_gen as gen
 from tasks import listops
 from tasks.listops import ListOps, read_tsv, write_tsv
-from tasks.registry import DataCorruptError, DataMissingError, Split, build_task, task_options
+from tasks.registry import Split, build_task, task_options
 
 FIXTURES = Path(__file__).parent / "fixtures" / "listops"
 CONFIG = Path(__file__).parent.parent / "configs" / "listops.yaml"
@@ -333,8 +334,8 @@ def test_distribution_check_detects_a_wrong_grammar(reference_stats):
 
 def test_config_data_keys_are_the_task_settings():
     cfg = yaml.safe_load(CONFIG.read_text())
-    assert set(cfg["data"]) == set(task_options(ListOps))
-    assert set(tiny_settings()) <= set(task_options(ListOps))
+    assert set(cfg["data"]) == set(task_options("listops"))
+    assert set(tiny_settings()) <= set(task_options("listops"))
 
 
 def test_tiny_preset_generates_caches_and_reads_back(tmp_path, monkeypatch):

@@ -11,11 +11,10 @@ import math
 import pytest
 import torch
 
-import lra.numerics as numerics
+import lra.numerics.study as numerics
 from attention_impls import BACKENDS, AttentionBackend, Capabilities, why_cannot_run
-from lra.cli import main
-from lra.leaderboard import numerics_table
-from lra.numerics import (
+from lra.cli.main import main
+from lra.numerics.study import (
     ForwardSpec,
     deviation,
     draw_inputs,
@@ -28,7 +27,8 @@ from lra.numerics import (
     weight_distances,
     weights_plan,
 )
-from lra.results import load_records
+from lra.results.leaderboard import numerics_table
+from lra.results.store import load_records
 from tests.reference import reference_attention
 from tests.toy_task import toy_config_path
 

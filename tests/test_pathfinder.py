@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 import yaml
 
+from lra.core.errors import DataCorruptError, DataMissingError
 from tasks import build_task
 from tasks._pathfinder import draw as D
 from tasks._pathfinder import store
 from tasks._pathfinder.geometry import FOREGROUND, SPECS
 from tasks._pathfinder.png import PNGError, decode_png, encode_png, read_png
-from tasks.registry import TASKS, DataCorruptError, DataMissingError, task_options
+from tasks.registry import task_options
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT.parent / "shared" / "data" / "pathfinder_reference"
@@ -91,7 +92,7 @@ def test_registered_tasks_and_their_shapes(tmp_path):
         task = build_task(name, data_dir=tmp_path)
         assert task.resolution == res and task.seq_len == res * res
         assert task.num_classes == 2 and task.vocab_size == 257 and task.generated
-        assert set(task_options(TASKS.get(name))) >= {"difficulty", "num_train", "seed", "cache", "source"}
+        assert set(task_options(name)) >= {"difficulty", "num_train", "seed", "cache", "source"}
     assert build_task("path-x", data_dir=tmp_path, downsample=4).seq_len == 32 * 32
     with pytest.raises(ValueError, match="max_length must be 16384"):
         build_task("path-x", data_dir=tmp_path, max_length=1024)
@@ -354,7 +355,7 @@ def test_png_decoder_reads_the_reference_images():
 def test_configs_follow_lra_and_have_a_cpu_sized_tiny_preset(tmp_path, name, layers, dim, heads, pool):
     cfg = yaml.safe_load((ROOT / "configs" / f"{name}.yaml").read_text())
     assert cfg["task"] == name
-    assert set(cfg["data"]) <= set(task_options(TASKS.get(name)))
+    assert set(cfg["data"]) <= set(task_options(name))
     m = cfg["model"]
     assert (m["layers"], m["dim"], m["heads"], m["pool"]) == (layers, dim, heads, pool)
     tiny = cfg["presets"]["tiny"]

@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lra.core.errors import DataCorruptError, DataMissingError
 from tasks import retrieval as R
-from tasks.registry import TASKS, DataCorruptError, DataMissingError, build_task
+from tasks.registry import TASKS, build_task
 
 FIXTURE = Path(__file__).parent / "fixtures" / "retrieval"
 NAMES = {"train": "new_aan_pairs.train.tsv", "val": "new_aan_pairs.eval.tsv", "test": "new_aan_pairs.test.tsv"}
@@ -176,7 +177,7 @@ def test_decode_literal_only_touches_bytes_literals():
 
 @pytest.mark.parametrize("preset", [None, "tiny", "full"])
 def test_config_data_settings_build_the_task(tmp_path, preset):
-    from lra.config import load_config
+    from lra.train.config import load_config
 
     cfg = load_config("retrieval", preset)
     task = build_task(cfg["task"], data_dir=tmp_path, **cfg["data"])
@@ -184,7 +185,7 @@ def test_config_data_settings_build_the_task(tmp_path, preset):
 
 
 def test_cli_prepare_and_info(tmp_path, capsys):
-    from lra.cli import main
+    from lra.cli.main import main
 
     assert main(["data", "prepare", "retrieval", "--from", str(FIXTURE), "--data-dir", str(tmp_path)]) == 0
     task = build_task("retrieval", data_dir=tmp_path, max_length=4000)

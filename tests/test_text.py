@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lra.core.errors import DataCorruptError, DataMissingError
 from tasks import text as T
-from tasks.registry import TASKS, DataCorruptError, DataMissingError, build_task
+from tasks.registry import TASKS, build_task
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "aclImdb_v1.tar.gz"
 
@@ -213,7 +214,7 @@ def test_real_imdb_archive_counts_balance_and_bytes():
 
 @pytest.mark.parametrize("preset", [None, "tiny", "full"])
 def test_config_data_settings_build_the_task(tmp_path, preset):
-    from lra.config import load_config
+    from lra.train.config import load_config
 
     cfg = load_config("text", preset)
     task = build_task(cfg["task"], data_dir=tmp_path, **cfg["data"])

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from attention_impls import BACKENDS, AttentionBackend, Capabilities
-from lra.checkpoint import LAST, load_checkpoint
-from lra.config import load_config
-from lra.results import load_records
-from lra.train import NonFiniteLossError, RunSetupError, train
+from lra.results.store import load_records
+from lra.train.checkpoint import LAST, load_checkpoint
+from lra.train.config import load_config
+from lra.train.run import NonFiniteLossError, RunSetupError, train
 from tests.toy_task import toy_config_path
 
 

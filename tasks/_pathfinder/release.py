@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lra.core.errors import DataCorruptError, DataMissingError
 from tasks._pathfinder.png import PNGError, read_png
-from tasks.registry import DataCorruptError, DataMissingError
 
 DIFFICULTY_DIRS = {6: "curv_baseline", 9: "curv_contour_length_9", 14: "curv_contour_length_14"}
 SPLIT_SHARES = {"train": (0.0, 0.8), "val": (0.8, 0.9), "test": (0.9, 1.0)}

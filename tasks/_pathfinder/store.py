@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from lra.atomic import atomic_path
-from lra.progress import make_progress
+from lra.core.atomic import atomic_path
+from lra.core.progress import make_progress
 from tasks._pathfinder.draw import draw_images, labels_for
 
 

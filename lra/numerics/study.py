@@ -37,28 +37,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from attention_impls.registry import BACKENDS, backend_options, build_attention, why_cannot_run
-from lra.atomic import atomic_path
+from attention_impls.registry import BACKENDS, AttentionBackend, backend_options, build_attention, why_cannot_run
+from lra.core.atomic import atomic_path
+from lra.core.dtypes import DTYPES, LOW_PRECISION, dtype_name
 
-DTYPES: dict[str, torch.dtype] = {
-    "fp64": torch.float64,
-    "fp32": torch.float32,
-    "fp16": torch.float16,
-    "bf16": torch.bfloat16,
-}
-LOW_PRECISION = ("fp16", "bf16")
 INPUT_KINDS = ("normal", "outlier")
 OUTLIER_P = 0.001  # FlashAttention-3 paper: Bernoulli(0.001)
 OUTLIER_STD = 10.0  # N(0, 100): variance 100
 DEFAULT_TILES = "default"
 CONTROLS = ("seeds", "amp")
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    for name, dt in DTYPES.items():
-        if dt == dtype:
-            return name
-    raise ValueError(f"no short name for {dtype}; the study covers {', '.join(DTYPES)}")
 
 
 def parse_dtypes(names: list[str]) -> list[str]:
@@ -90,25 +77,13 @@ def tiles_label(tiles: tuple[int, int] | None) -> str:
 
 def has_tile_options(name: str) -> bool:
     """Whether backend `name` takes block_m and block_n options (the tiled FlashAttention family)."""
-    opts = backend_options(BACKENDS.get(name))
+    opts = backend_options(name)
     return "block_m" in opts and "block_n" in opts
 
 
-def effective_tiles(attn: torch.nn.Module, dtype: torch.dtype, device: torch.device) -> tuple[int, int] | None:
+def effective_tiles(attn: AttentionBackend, dtype: torch.dtype, device: torch.device) -> tuple[int, int] | None:
     """The (block_m, block_n) a tiled backend actually uses for `dtype` on `device`, or None if it has no tiles."""
-    if callable(getattr(attn, "use_kernel", None)) and not attn.use_kernel(device):
-        return None  # the PyTorch fallback ran: no tiles
-    tiles_of = getattr(attn, "tiles", None)
-    if callable(tiles_of):
-        t = tiles_of(dtype, device.type)
-        block = getattr(attn, "block", None)
-        if isinstance(block, int):  # block-sparse kernels clamp their tiles to the layout block
-            return min(int(t.block_m), block), min(int(t.block_n), block)
-        return int(t.block_m), int(t.block_n)
-    bm, bn = getattr(attn, "block_m", None), getattr(attn, "block_n", None)
-    if isinstance(bm, int) and isinstance(bn, int):
-        return bm, bn
-    return None
+    return attn.tile_shape(dtype, device.type) if attn.runs_kernel(device) else None
 
 
 def draw_inputs(
@@ -292,18 +267,9 @@ def _mask_key(mask: torch.Tensor | None) -> str | None:
     return hashlib.sha1(mask.cpu().numpy().tobytes() + str(tuple(mask.shape)).encode()).hexdigest()
 
 
-def _token_mask(attn: torch.nn.Module, seq: int, device: torch.device) -> torch.Tensor | None:
-    """The allowed (query, key) pairs of a pattern-restricted backend: its `token_mask(nq, nk)`, or its block
-    `layout(nq, nk)` expanded by its `block` size (block_sparse_flash and its presets); None for dense backends."""
-    fn = getattr(attn, "token_mask", None)
-    if callable(fn):
-        mask = fn(seq, seq)
-    elif callable(getattr(attn, "layout", None)) and isinstance(getattr(attn, "block", None), int):
-        from attention_impls.layouts import layout_token_mask
-
-        mask = layout_token_mask(attn.layout(seq, seq), attn.block, seq, seq)
-    else:
-        return None
+def _token_mask(attn: AttentionBackend, seq: int, device: torch.device) -> torch.Tensor | None:
+    """The allowed (query, key) pairs of a pattern-restricted backend (its `token_mask`); None for dense backends."""
+    mask = attn.token_mask(seq, seq)
     return None if mask is None else mask.to(device=device, dtype=torch.bool)
 
 
@@ -323,7 +289,7 @@ def forward_study(spec: ForwardSpec) -> list[dict[str, Any]]:
     """Run the forward sweep; one row per (backend, tiles, dtype, seq) with its deviation figures or its status."""
     from rich.progress import TextColumn
 
-    from lra.progress import console, make_progress
+    from lra.core.progress import console, make_progress
 
     spec.validate()
     device = torch.device(spec.device)
@@ -394,13 +360,13 @@ def _measure(acc: _Acc, cell: _Cell, q, k, v, refs: dict[str | None, dict[str, A
     try:
         if cell.mask_key not in refs:
             refs[cell.mask_key] = _references(q, k, v, dname, cell.attn.scale, cell.mask)
-    except torch.cuda.OutOfMemoryError:
+    except torch.OutOfMemoryError:
         acc.status = "oom: the naive references (fp64 golden) did not fit"
         torch.cuda.empty_cache()
         return
     try:
         out = _call(cell.attn, q, k, v, q.dtype)
-    except torch.cuda.OutOfMemoryError:
+    except torch.OutOfMemoryError:
         acc.status = "oom"
         torch.cuda.empty_cache()
         return
@@ -410,8 +376,8 @@ def _measure(acc: _Acc, cell: _Cell, q, k, v, refs: dict[str | None, dict[str, A
     r = refs[cell.mask_key]
     acc.masked = cell.mask is not None
     acc.tiles_used = effective_tiles(cell.attn, q.dtype, device)
-    if callable(getattr(cell.attn, "use_kernel", None)):
-        acc.impl = "kernel" if cell.attn.use_kernel(device) else "fallback"
+    if cell.attn.has_fallback:
+        acc.impl = "kernel" if cell.attn.runs_kernel(device) else "fallback"
     acc.draws.append(deviation(out, r["golden"]))
     if "naive32" in r:
         acc.ctrl_backend.append(deviation(out, r["naive32"]).max)
@@ -659,7 +625,7 @@ def _cpu_autocast(device: torch.device, amp: str) -> Iterator[None]:
     torch.autocast('cpu', bfloat16 (float16)) for the duration of the run, so that CPU and CUDA studies compare the
     same precisions.
     """
-    import lra.train as train_mod
+    import lra.train.run as train_mod
 
     if device.type != "cpu" or amp == "none":
         yield
@@ -793,10 +759,10 @@ def weights_study(
     Runs go to a temporary runs root (or `keep_runs`) and write no result records of their own. `deterministic`
     turns on torch's deterministic algorithms during the runs, so that only the compared difference moves weights.
     """
-    from lra.config import head_dim_of, load_config
-    from lra.progress import console
-    from lra.results import environment
-    from lra.train import RunSetupError, resolve_device, train
+    from lra.core.environment import environment
+    from lra.core.progress import console
+    from lra.train.config import head_dim_of, load_config
+    from lra.train.run import RunSetupError, resolve_device, train
 
     if low not in LOW_PRECISION:
         raise ValueError(f"the low-precision control runs in fp16 or bf16, not {low!r}")

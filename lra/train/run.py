@@ -23,15 +23,16 @@ import torch.nn.functional as F
 from rich.progress import TextColumn
 
 from attention_impls import why_cannot_run
-from lra import distributed as dist
-from lra.atomic import atomic_open, write_json
-from lra.batches import batch_indices, eval_batches, to_batch
-from lra.checkpoint import BEST, LAST, load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from lra.config import config_hash, head_dim_of
+from lra.core.atomic import atomic_open, write_json
+from lra.core.environment import environment
+from lra.core.progress import console, make_progress
 from lra.model import build_model, load_init
-from lra.progress import console, make_progress
-from lra.results import environment, save_record
-from lra.schedules import lr_factor
+from lra.results.store import save_record
+from lra.train import distributed as dist
+from lra.train.batches import batch_indices, eval_batches, to_batch
+from lra.train.checkpoint import BEST, LAST, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from lra.train.config import config_hash, head_dim_of
+from lra.train.schedules import lr_factor
 from tasks import build_task
 
 

@@ -7,7 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from lra.atomic import atomic_path
+from lra.core.atomic import atomic_path
 
 
 def write_plots(records: list[dict[str, Any]], out_dir: Path) -> list[Path]:
@@ -63,7 +63,7 @@ def write_plots(records: list[dict[str, Any]], out_dir: Path) -> list[Path]:
 
 def _numerics_plots(records: list[dict[str, Any]], plot_dir: Path) -> list[Path]:
     """One forward-deviation plot per (device, inputs) from each backend's newest study; one weights plot per task."""
-    from lra.numerics import plot_forward, plot_weights
+    from lra.numerics.study import plot_forward, plot_weights
 
     newest: dict[tuple, dict[str, Any]] = {}
     weights: dict[str, dict[str, Any]] = {}

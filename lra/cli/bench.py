@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lra.progress import console, out
+from lra.core.progress import console, out
 
 
 def csv_list(text: str) -> list[str]:
@@ -27,7 +27,7 @@ def int_list(text: str) -> list[int]:
 
 
 def _store(records, results) -> None:
-    from lra.results import save_record
+    from lra.results.store import save_record
 
     for rec in records:
         save_record(rec, results)
@@ -37,11 +37,11 @@ def _store(records, results) -> None:
 def cmd_bench_train(args) -> int:
     from rich.table import Table
 
-    from lra import distributed as dist
-    from lra.bench_train import bench_train
+    from lra.bench.train import bench_train
+    from lra.train import distributed as dist
 
     if args.nproc > 1:
-        from lra.launch import launch_local
+        from lra.train.launch import launch_local
 
         return launch_local(args.nproc, sys.argv[1:])
     dist.init_from_env(args.device)
@@ -85,11 +85,10 @@ def cmd_bench_train(args) -> int:
 
 
 def cmd_bench_attention(args) -> int:
-    import torch
+    from lra.bench.attention import bench_attention, format_attention_table
+    from lra.core.dtypes import parse_dtype
 
-    from lra.bench_attention import bench_attention, format_attention_table
-
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+    dtype = parse_dtype(args.dtype)
     kwargs = {}
     if args.layout:
         kwargs["layout"] = args.layout
@@ -107,7 +106,7 @@ def cmd_bench_attention(args) -> int:
     )
     out.print(format_attention_table(rows))
     if not args.no_record:
-        from lra.results import environment
+        from lra.core.environment import environment
 
         env = environment(args.device)
         _store([{"kind": "bench_attention", **env, **r} for r in rows], args.results)
@@ -151,7 +150,7 @@ def add_bench(sub) -> None:
 
 def add_numerics(sub) -> None:
     try:
-        from lra.numerics_cli import add_numerics_parser
+        from lra.cli.numerics import add_numerics_parser
     except ImportError:
         return
     add_numerics_parser(sub)

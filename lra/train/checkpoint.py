@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from lra.atomic import atomic_path
+from lra.core.atomic import atomic_path
 
 LAST = "last.pt"
 BEST = "best.pt"

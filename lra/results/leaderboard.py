@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lra.atomic import atomic_open
-from lra.published import FLASH_PAPER, FLASH_PAPER_SPEEDUP, LRA_PAPER, LRA_TASKS
-from lra.results import load_records
+from lra.core.atomic import atomic_open
+from lra.results.published import FLASH_PAPER, FLASH_PAPER_SPEEDUP, LRA_PAPER, LRA_TASKS
+from lra.results.store import load_records
 
 ALL_TASKS = (*LRA_TASKS, "path-x", "path-256")
 
@@ -306,7 +306,8 @@ def numerics_table(records: list[dict[str, Any]]) -> Table | None:
 
 def is_canonical(rec: dict[str, Any]) -> bool:
     """Whether a run used its task's config (and preset) exactly as `configs/` holds it now."""
-    from lra.config import ConfigError, load_config
+    from lra.core.errors import ConfigError
+    from lra.train.config import load_config
 
     preset = rec.get("preset")
     try:
@@ -386,7 +387,7 @@ def write_leaderboard(
     store: str | Path | None = None, out_dir: str | Path | None = None, fmt: str = "md", plots: bool = True
 ) -> list[Path]:
     """Regenerate leaderboard/LEADERBOARD.md (or .html) and, with matplotlib, the plots. Returns the files written."""
-    from lra.results import results_dir
+    from lra.results.store import results_dir
 
     store = Path(store) if store is not None else results_dir()
     out_dir = Path(out_dir) if out_dir is not None else store.parent
@@ -396,7 +397,7 @@ def write_leaderboard(
         f.write(render(records, fmt))
     written = [path]
     if plots:
-        from lra.plots import write_plots
+        from lra.results.plots import write_plots
 
         written += write_plots(records, out_dir)
     return written

@@ -20,13 +20,13 @@ import torch
 import torch.nn.functional as F
 
 from attention_impls import why_cannot_run
-from lra import distributed as dist
-from lra.batches import batch_indices, to_batch
-from lra.config import config_hash, head_dim_of, load_config
+from lra.core.environment import environment
+from lra.core.progress import make_progress
 from lra.model import build_model
-from lra.progress import make_progress
-from lra.results import environment
-from lra.train import _autocast, resolve_device
+from lra.train import distributed as dist
+from lra.train.batches import batch_indices, to_batch
+from lra.train.config import config_hash, head_dim_of, load_config
+from lra.train.run import _autocast, resolve_device
 from tasks import build_task
 from tasks.registry import Split
 

@@ -8,15 +8,16 @@ that lists the valid keys, never a silently ignored setting.
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+from lra.core.errors import ConfigError
+from lra.core.hashing import stable_hash
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
 MODEL_DEFAULTS: dict[str, Any] = {
     "layers": 2,
@@ -71,10 +72,6 @@ _Loader.add_implicit_resolver(
 
 def yaml_load(text):
     return yaml.load(text, Loader=_Loader)
-
-
-class ConfigError(ValueError):
-    """A config, preset or override that cannot be used; the message says what is valid."""
 
 
 def available_configs() -> list[str]:
@@ -169,7 +166,7 @@ def _nest(parts: list[str], value: Any) -> dict[str, Any]:
 
 def load_config(task: str, preset: str | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
     """The resolved config for `task` (a name or a YAML path) with `preset` and `--set` overrides applied."""
-    from tasks.registry import TASKS, task_options
+    from tasks.registry import task_options
 
     path = config_path(task)
     raw = read_yaml(path)
@@ -177,10 +174,9 @@ def load_config(task: str, preset: str | None = None, overrides: list[str] | Non
     if unknown:
         raise ConfigError(f"{path}: unknown section(s) {', '.join(unknown)}; sections: {', '.join(SECTIONS)}, presets")
     task_name = raw.get("task") or path.stem
-    task_cls = TASKS.get(task_name)
     config: dict[str, Any] = {
         "task": task_name,
-        "data": task_options(task_cls),
+        "data": task_options(task_name),
         "model": copy.deepcopy(MODEL_DEFAULTS),
         "train": copy.deepcopy(TRAIN_DEFAULTS),
         "attention": {},
@@ -229,5 +225,4 @@ def head_dim_of(config: dict[str, Any]) -> int:
 
 def config_hash(config: dict[str, Any]) -> str:
     """A short stable hash of the resolved config (what decides the result)."""
-    blob = json.dumps(config, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:12]
+    return stable_hash(config)

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from lra.progress import console, out
+from lra.core.progress import console, out
 
 EPILOG = """examples:
   lra run listops --attn naive --preset tiny      a CPU-sized run in a couple of minutes
@@ -57,18 +57,18 @@ def _add_run(sub) -> None:
 
 
 def cmd_run(args) -> int:
-    from lra.config import load_config
+    from lra.train.config import load_config
 
     overrides = list(args.overrides)
     if args.seed is not None:
         overrides.append(f"train.seed={args.seed}")
     config = load_config(args.task, args.preset, overrides)
     if args.nproc > 1:
-        from lra.launch import launch_local
+        from lra.train.launch import launch_local
 
         return launch_local(args.nproc, sys.argv[1:])
-    from lra import distributed as dist
-    from lra.train import train
+    from lra.train import distributed as dist
+    from lra.train.run import train
 
     dist.init_from_env(args.device)
     try:
@@ -94,7 +94,7 @@ def cmd_list(args) -> int:
     from rich.table import Table
 
     from attention_impls import BACKENDS, why_cannot_run
-    from lra.config import available_configs, presets_of
+    from lra.train.config import available_configs, presets_of
     from tasks import TASKS
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -117,7 +117,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_leaderboard(args) -> int:
-    from lra.leaderboard import write_leaderboard
+    from lra.results.leaderboard import write_leaderboard
 
     for path in write_leaderboard(args.results, args.out, args.format, plots=not args.no_plots):
         console.print(f"wrote {path}")
@@ -125,7 +125,7 @@ def cmd_leaderboard(args) -> int:
 
 
 def cmd_data(args) -> int:
-    from lra.config import load_config
+    from lra.train.config import load_config
     from tasks import TASKS, build_task
 
     if args.data_cmd == "info":
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     lb.add_argument("--format", choices=("md", "html"), default="md")
     lb.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     _add_data(sub)
-    from lra.cli_bench import add_bench, add_numerics
+    from lra.cli.bench import add_bench, add_numerics
 
     add_bench(sub)
     add_numerics(sub)
@@ -207,10 +207,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _is_user_error(e: Exception) -> bool:
-    from lra.config import ConfigError
-    from lra.registry import UnknownNameError
-    from lra.train import NonFiniteLossError, RunSetupError
-    from tasks.registry import DataCorruptError, DataMissingError
+    from lra.core.errors import ConfigError, DataCorruptError, DataMissingError, UnknownNameError
+    from lra.train.run import NonFiniteLossError, RunSetupError
 
     return isinstance(
         e,

@@ -20,25 +20,12 @@ from typing import Any
 import torch
 
 from attention_impls.registry import BACKENDS, backend_options, build_attention, why_cannot_run
-from lra.progress import make_progress
+from lra.core.dtypes import dtype_name, parse_dtype
+from lra.core.errors import is_oom
+from lra.core.progress import make_progress
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
 MODES = ("fwd", "fwd_bwd")
 BWD_FACTOR = 2.5  # backward FLOPs per forward FLOP (FlashAttention paper's convention)
-
-
-def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    """'bf16' / 'fp16' / 'fp32' / 'fp64' (or a torch dtype) to a torch dtype."""
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    try:
-        return DTYPES[dtype.lower().replace("float", "fp").replace("bfp", "bf")]
-    except KeyError:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}") from None
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return {v: k for k, v in DTYPES.items()}[dtype]
 
 
 def attention_flops(batch: int, heads: int, seq: int, head_dim: int, mode: str, density: float = 1.0) -> float:
@@ -63,12 +50,6 @@ def _time_ms(fn: Callable[[], Any], device: str, warmup_ms: float, rep_ms: float
         fn()
         times.append((time.perf_counter() - t0) * 1000.0)
     return statistics.median(times)
-
-
-def _is_oom(err: BaseException) -> bool:
-    if isinstance(err, torch.cuda.OutOfMemoryError):
-        return True
-    return isinstance(err, (RuntimeError, MemoryError)) and "out of memory" in str(err).lower()
 
 
 def bench_attention(
@@ -139,14 +120,14 @@ def _bench_one(name, n, d, h, b, dt, mode, layout, device, options, warmup_ms, r
         row["status"] = f"unsupported: {reason}"
         return row
     opts = dict((options or {}).get(name, {}))
-    if layout is not None and "layout" in backend_options(BACKENDS.get(name)):
+    if layout is not None and "layout" in backend_options(name):
         opts["layout"] = layout
         row["layout"] = layout if isinstance(layout, str) else json.dumps(layout, default=str)
     tensors: list[torch.Tensor] = []
     try:
         attn = build_attention(name, heads=h, head_dim=d, seq_len=n, options=opts).to(device)
         attn.train(mode == "fwd_bwd")
-        density = float(attn.density(n)) if callable(getattr(attn, "density", None)) else 1.0
+        density = float(attn.density(n))
         row["density"] = density
         gen = torch.Generator(device=device).manual_seed(torch.seed() % 2**31)
         q, k, v = (torch.randn(b, h, n, d, device=device, dtype=dt, generator=gen) for _ in range(3))
@@ -179,7 +160,7 @@ def _bench_one(name, n, d, h, b, dt, mode, layout, device, options, warmup_ms, r
         row["ms"] = float(f"{ms:.5g}")
         row["tflops"] = float(f"{attention_flops(b, h, n, d, mode, density) / (ms * 1e-3) / 1e12:.4g}")
     except Exception as err:  # noqa: BLE001 - a benchmark row records the failure and the sweep goes on
-        if _is_oom(err):
+        if is_oom(err):
             row["status"] = "oom"
         else:
             row["status"] = f"error: {type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
@@ -238,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """`python -m lra.bench_attention --attn flash,sdpa_flash --seq 1024,4096 --head-dim 64 [--out rows.json]`."""
     from rich.console import Console
 
-    from lra.atomic import write_json
+    from lra.core.atomic import write_json
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--attn", required=True, help="comma-separated backend names")

@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from lra.cli_bench import csv_list, int_list
-from lra.progress import console
+from lra.cli.bench import csv_list, int_list
+from lra.core.progress import console
 
 FORWARD_EPILOG = """examples:
   lra numerics forward --attn naive,sdpa_math,flash_blockwise --seq 256,512 --draws 3 --device cpu
@@ -25,7 +25,7 @@ WEIGHTS_EPILOG = """examples:
 
 def _options(items: list[str]) -> dict[str, dict[str, Any]]:
     """'flash.num_warps=8' -> {'flash': {'num_warps': 8}} (values read as YAML)."""
-    from lra.config import yaml_load
+    from lra.train.config import yaml_load
 
     out: dict[str, dict[str, Any]] = {}
     for item in items:
@@ -56,7 +56,7 @@ def _default_device() -> str:
 def _plot_dir(args) -> Path:
     if args.plot_dir:
         return Path(args.plot_dir)
-    from lra.results import results_dir
+    from lra.results.store import results_dir
 
     store = Path(args.results) if args.results else results_dir()
     return store.parent / "plots"
@@ -71,7 +71,8 @@ def _default_backends() -> list[str]:
 
 
 def cmd_numerics_forward(args) -> int:
-    from lra.numerics import (
+    from lra.core.environment import environment
+    from lra.numerics.study import (
         ForwardSpec,
         format_forward_table,
         forward_records,
@@ -81,7 +82,7 @@ def cmd_numerics_forward(args) -> int:
         plot_forward,
         status_lines,
     )
-    from lra.results import environment, save_record
+    from lra.results.store import save_record
 
     device = args.device or _default_device()
     spec = ForwardSpec(
@@ -126,8 +127,8 @@ def cmd_numerics_forward(args) -> int:
 
 
 def cmd_numerics_weights(args) -> int:
-    from lra.numerics import format_weights_tables, plot_weights, weights_study
-    from lra.results import save_record
+    from lra.numerics.study import format_weights_tables, plot_weights, weights_study
+    from lra.results.store import save_record
 
     controls = [] if args.control.strip().lower() == "none" else csv_list(args.control)
     record = weights_study(

@@ -1,0 +1,1 @@
+"""Benchmarks: attention kernels, training steps, and the kernel tile tuner."""

@@ -1,0 +1,1 @@
+"""Results: the record store, the published reference rows, leaderboard rendering and plots."""

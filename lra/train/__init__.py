@@ -1,0 +1,1 @@
+"""Training: config, batches, schedules, checkpoints, distributed glue, the `Trainer` and run directories."""
