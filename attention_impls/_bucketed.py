@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import torch
 
-# Log-normaliser reported for a row with no allowed key: finite (so merging rounds stays NaN-free) and so small
-# that the row gets no weight beside any row that had a key.
-NO_KEY_LSE = -1e30
+from attention_impls.masking import NO_KEY_LSE, masked_softmax_lse  # noqa: F401 (likewise)
+from lra.core.numbers import ceil_div  # noqa: F401 (the bucketed backends import it from here)
 
 
 def real_tokens(key_padding_mask: torch.Tensor | None, batch: int, n: int, padded_n: int, device) -> torch.Tensor:
@@ -36,27 +35,9 @@ def pad_seq(x: torch.Tensor, padded_n: int) -> torch.Tensor:
     return torch.nn.functional.pad(x, (0, 0, 0, extra)) if extra else x
 
 
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def score_dtype(dtype: torch.dtype) -> torch.dtype:
     """Softmax precision: fp32, or fp64 for fp64 inputs (as `naive` does)."""
     return torch.promote_types(dtype, torch.float32)
-
-
-def masked_softmax_lse(scores: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax over the last dim restricted to `allowed`, and its log-normaliser (logsumexp of the allowed scores).
-
-    A row with no allowed entry gets zero probabilities and log-normaliser NO_KEY_LSE; neither the values nor the
-    gradients are ever NaN.
-    """
-    has_key = allowed.any(dim=-1, keepdim=True)
-    scores = scores.masked_fill(~allowed, float("-inf")).masked_fill(~has_key, 0.0)
-    lse = torch.logsumexp(scores, dim=-1, keepdim=True)
-    probs = torch.exp(scores - lse) * has_key
-    lse = torch.where(has_key, lse, torch.full_like(lse, NO_KEY_LSE))
-    return probs, lse.squeeze(-1)
 
 
 def combine_rounds(out: torch.Tensor, lse: torch.Tensor, dim: int) -> torch.Tensor:

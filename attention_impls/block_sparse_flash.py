@@ -20,12 +20,11 @@ from dataclasses import replace
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from attention_impls.flash import FlashAttention
 from attention_impls.kernels import LayoutLists
 from attention_impls.layouts import build_layout, layout_density, layout_token_mask, parse_layout
-from attention_impls.masking import lengths_from_mask, zero_padded_outputs
+from attention_impls.masking import lengths_from_mask, masked_attention, zero_padded_outputs
 from attention_impls.registry import Capabilities, register_backend, triton_interpreting
 
 _FALLBACKS = ("auto", "kernel", "dense_masked")
@@ -33,17 +32,10 @@ _FALLBACKS = ("auto", "kernel", "dense_masked")
 
 def dense_masked_attention(q, k, v, key_padding_mask, token_mask, scale: float, dropout_p: float) -> torch.Tensor:
     """softmax over allowed pairs (token_mask (heads or 1, Nq, Nk) and key padding), materialised; empty rows zero."""
-    scores = torch.matmul(q, k.transpose(-2, -1))
-    scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * scale
     allowed = token_mask[None].to(q.device)
     if key_padding_mask is not None:
         allowed = allowed & key_padding_mask[:, None, None, :]
-    row_ok = allowed.any(dim=-1, keepdim=True)
-    scores = scores.masked_fill(~(allowed | ~row_ok), float("-inf"))  # empty rows: open, then zeroed
-    probs = torch.softmax(scores, dim=-1) * row_ok
-    if dropout_p > 0:
-        probs = F.dropout(probs, p=dropout_p)
-    out = torch.matmul(probs.to(v.dtype), v)
+    out = masked_attention(q, k, v, allowed, scale, dropout_p)
     return zero_padded_outputs(out, key_padding_mask)
 
 

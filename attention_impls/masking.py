@@ -1,4 +1,5 @@
-"""Key-padding helpers shared by the backends: LRA pads on the right, so a mask is a per-row length."""
+"""Masking helpers shared by the backends: key padding (LRA pads on the right, so a mask is a per-row length) and
+the one softmax restricted to allowed pairs that every masked backend, reference and study uses."""
 
 from __future__ import annotations
 
@@ -23,11 +24,6 @@ def lengths_from_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
     return lengths.to(torch.int32)
 
 
-def mask_from_lengths(lengths: torch.Tensor, seq_len: int) -> torch.Tensor:
-    """The bool mask (batch, seq_len), True for positions below each row's length."""
-    return torch.arange(seq_len, device=lengths.device)[None, :] < lengths[:, None]
-
-
 def safe_key_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
     """The mask with fully padded rows opened up, so softmax stays finite; their outputs are zeroed afterwards."""
     return key_padding_mask | ~key_padding_mask.any(dim=1, keepdim=True)
@@ -41,4 +37,47 @@ def zero_padded_outputs(out: torch.Tensor, key_padding_mask: torch.Tensor | None
     keep = key_padding_mask.any(dim=1)[:, None, None, None]
     if seq_q == key_padding_mask.shape[1]:
         keep = keep & key_padding_mask[:, None, :, None]
-    return out * keep.to(out.dtype)
+    return torch.where(keep, out, out.new_zeros(()))
+
+
+# Log-normaliser reported for a row with no allowed key: finite (so merging rounds of hashing stays NaN-free) and so
+# small that the row gets no weight beside any row that had a key.
+NO_KEY_LSE = -1e30
+
+
+def masked_softmax_lse(scores: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax over the last dim restricted to `allowed` (broadcast to `scores`), and its log-normaliser.
+
+    A row with no allowed entry gets zero probabilities and log-normaliser NO_KEY_LSE; neither the values nor the
+    gradients are ever NaN.
+    """
+    has_key = allowed.any(dim=-1, keepdim=True)
+    scores = scores.masked_fill(~allowed, float("-inf")).masked_fill(~has_key, 0.0)
+    lse = torch.logsumexp(scores, dim=-1, keepdim=True)
+    probs = torch.exp(scores - lse) * has_key
+    lse = torch.where(has_key, lse, torch.full_like(lse, NO_KEY_LSE))
+    return probs, lse.squeeze(-1)
+
+
+def masked_softmax(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """softmax over the last dim restricted to `allowed`; rows with no allowed entry are zero (never NaN)."""
+    return masked_softmax_lse(scores, allowed)[0]
+
+
+def masked_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    allowed: torch.Tensor,
+    scale: float,
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
+    """`naive`'s sequence of operations over the allowed (query, key) pairs only (`allowed` broadcasts to
+    (batch, heads, Nq, Nk)): scores in the input dtype, softmax in fp32 (fp64 for fp64 inputs), probabilities cast
+    to the input dtype for P V. Rows with no allowed key are zero."""
+    scores = torch.matmul(q, k.transpose(-2, -1))
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * scale
+    probs = masked_softmax(scores, allowed)
+    if dropout_p > 0:
+        probs = torch.nn.functional.dropout(probs, p=dropout_p)
+    return torch.matmul(probs.to(v.dtype), v)

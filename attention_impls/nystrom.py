@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention_impls.masking import safe_key_mask, zero_padded_outputs
+from attention_impls.masking import masked_softmax, safe_key_mask, zero_padded_outputs
 from attention_impls.registry import AttentionBackend, Capabilities, register_backend
 
 
@@ -106,11 +106,11 @@ class NystromAttention(AttentionBackend):
             q_land, k_land = torch.matmul(means, qc), torch.matmul(means, kc)  # (B, H, m, d)
             landmark = (means.sum(dim=-1) > 0)[:, :, None, :]  # (B, 1, 1, m): non-empty landmarks
 
-            kernel_1 = _masked_softmax(torch.matmul(qc, k_land.transpose(-2, -1)), landmark)
-            kernel_2 = _masked_softmax(torch.matmul(q_land, k_land.transpose(-2, -1)), landmark)
+            kernel_1 = masked_softmax(torch.matmul(qc, k_land.transpose(-2, -1)), landmark)
+            kernel_2 = masked_softmax(torch.matmul(q_land, k_land.transpose(-2, -1)), landmark)
             eye = torch.eye(m, dtype=compute, device=q.device)
             kernel_2 = torch.where(landmark.transpose(-2, -1), kernel_2, eye)  # empty landmarks: identity rows
-            kernel_3 = _masked_softmax(torch.matmul(q_land, kc.transpose(-2, -1)), real[:, None, None, :])
+            kernel_3 = masked_softmax(torch.matmul(q_land, kc.transpose(-2, -1)), real[:, None, None, :])
             reduced = torch.matmul(kernel_3, vc)  # (B, H, m, d_v)
             out = torch.matmul(kernel_1, torch.matmul(iterative_pinv(kernel_2, self.pinv_iterations), reduced))
         out = out.to(v.dtype)
@@ -125,8 +125,3 @@ class NystromAttention(AttentionBackend):
             super().extra_repr() + f", num_landmarks={self.num_landmarks}, pinv_iterations={self.pinv_iterations}, "
             f"conv_kernel_size={self.conv_kernel_size}"
         )
-
-
-def _masked_softmax(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last dim with disallowed entries at -inf (every row here has an allowed entry)."""
-    return torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attention_impls.masking import masked_attention
 from attention_impls.registry import BACKENDS, AttentionBackend, backend_options, build_attention, why_cannot_run
 from lra.core.atomic import atomic_path
 from lra.core.dtypes import DTYPES, LOW_PRECISION, dtype_name
@@ -108,17 +109,6 @@ def _chunk_rows(batch: int, heads: int, seq_k: int, device: torch.device) -> int
     return max(1, budget // per_row)
 
 
-def _masked_naive(q, k, v, scale: float, token_mask: torch.Tensor) -> torch.Tensor:
-    """`naive`'s sequence of operations with an allowed-pairs mask (heads or 1, Nq, Nk); rows with no key are zero."""
-    scores = torch.matmul(q, k.transpose(-2, -1))
-    scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * scale
-    allowed = token_mask[None]
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    any_key = allowed.any(-1, keepdim=True)
-    probs = torch.softmax(scores.masked_fill(~any_key, 0.0), dim=-1) * any_key
-    return torch.matmul(probs.to(v.dtype), v)
-
-
 @torch.no_grad()
 def naive_reference(
     q: torch.Tensor,
@@ -145,7 +135,7 @@ def naive_reference(
         if token_mask is None:
             parts.append(naive(q[:, :, start:stop], k, v))
         else:
-            parts.append(_masked_naive(q[:, :, start:stop], k, v, scale, token_mask[:, start:stop]))
+            parts.append(masked_attention(q[:, :, start:stop], k, v, token_mask[None, :, start:stop], scale))
     return torch.cat(parts, dim=2)
 
 
