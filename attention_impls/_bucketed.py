@@ -1,16 +1,17 @@
 """Helpers shared by the bucketed approximate backends (`local`, `reformer`, `smyrf`, `sinkhorn`).
 
-They attend within small groups of keys (windows, hash buckets, clusters, blocks), so they need a softmax restricted
-to a mask that may leave a row empty, the log-normaliser of each group (to merge rounds of hashing), reproducible
-random draws for the hashes, and a way to run the fragile parts in fp32 under autocast.
+They attend within small groups of keys (windows, hash buckets, clusters, blocks): they pad the sequence to whole
+groups, run the fragile parts in fp32 under autocast, and the hashed ones (`HashRounds`: reformer, smyrf) sort
+tokens into groups per round of hashing, attend within the groups, sort back and merge the rounds by their
+log-normalisers, with hashes drawn reproducibly.
 """
 
 from __future__ import annotations
 
 import torch
 
-from attention_impls.masking import NO_KEY_LSE, masked_softmax_lse  # noqa: F401 (likewise)
-from lra.core.numbers import ceil_div  # noqa: F401 (the bucketed backends import it from here)
+from attention_impls.masking import masked_softmax_lse, zero_padded_outputs
+from attention_impls.registry import AttentionBackend
 
 
 def real_tokens(key_padding_mask: torch.Tensor | None, batch: int, n: int, padded_n: int, device) -> torch.Tensor:
@@ -35,9 +36,15 @@ def pad_seq(x: torch.Tensor, padded_n: int) -> torch.Tensor:
     return torch.nn.functional.pad(x, (0, 0, 0, extra)) if extra else x
 
 
-def score_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Softmax precision: fp32, or fp64 for fp64 inputs (as `naive` does)."""
-    return torch.promote_types(dtype, torch.float32)
+def fp32_region(device: torch.device):
+    """A context with autocast off, for the parts that must run in full precision (hashing, Sinkhorn)."""
+    return torch.autocast(device_type=device.type, enabled=False)
+
+
+def check_positive_int(name: str, value: int, backend: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{backend}: option {name} must be a positive integer, got {value!r}")
+    return value
 
 
 def combine_rounds(out: torch.Tensor, lse: torch.Tensor, dim: int) -> torch.Tensor:
@@ -51,30 +58,57 @@ def combine_rounds(out: torch.Tensor, lse: torch.Tensor, dim: int) -> torch.Tens
     return (out.to(weights.dtype) * weights).sum(dim=dim)
 
 
-def hash_generator(seed: torch.Tensor, training: bool, device: torch.device) -> torch.Generator | None:
-    """Where hash randomness comes from: torch's global RNG in training (None), a generator fixed by `seed` in eval.
+def gather_sorted(t: torch.Tensor, order: torch.Tensor, size: int) -> torch.Tensor:
+    """Tokens t (b, h, n, e) in each round's order (b, h, rounds, n), cut into groups of `size`:
+    (b, h, rounds, n // size, size, e)."""
+    b, h, r = order.shape[:3]
+    idx = order.reshape(b, h, r, -1, 1).expand(-1, -1, -1, -1, t.shape[-1])
+    picked = t.unsqueeze(2).expand(-1, -1, r, -1, -1).gather(3, idx)
+    return picked.reshape(b, h, r, -1, size, t.shape[-1])
 
-    Training draws fresh hashes every forward call (reproducible under torch.manual_seed); evaluation draws the same
-    hashes on every call, so a trained model's predictions are deterministic.
+
+def unsort_rounds(out: torch.Tensor, lse: torch.Tensor, undo: torch.Tensor, n: int) -> torch.Tensor:
+    """Per-round outputs (..., groups, size, dv) and log-normalisers (..., groups, size) computed in sorted order,
+    put back in position order by `undo` (b, h, rounds, padded n) and merged over the rounds: (b, h, n, dv)."""
+    dv = out.shape[-1]
+    out = out.reshape(*undo.shape, dv).gather(3, undo.unsqueeze(-1).expand(-1, -1, -1, -1, dv))
+    lse = lse.reshape(undo.shape).gather(3, undo)
+    return combine_rounds(out, lse, dim=2)[:, :, :n].to(out.dtype)
+
+
+class HashRounds(AttentionBackend):
+    """Base of the backends that attend within hash groups over `n_hashes` rounds (reformer, smyrf).
+
+    Randomness: the hashes come from torch's global RNG on every training call (reproducible under
+    torch.manual_seed), and from a generator fixed by the `hash_seed` buffer in eval, so a trained model's
+    predictions are deterministic (the seed is saved with the model).
     """
-    if training:
-        return None
-    gen = torch.Generator(device=device)
-    gen.manual_seed(int(seed))
-    return gen
 
+    def __init__(self, *args, n_hashes: int = 2, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.n_hashes = check_positive_int("n_hashes", n_hashes, self.name)
+        # drawn from torch's global RNG, so construction under torch.manual_seed is reproducible
+        self.register_buffer("hash_seed", torch.randint(0, 2**62, (), dtype=torch.int64))
 
-def new_seed() -> torch.Tensor:
-    """An int64 seed drawn from torch's global RNG (so construction under torch.manual_seed is reproducible)."""
-    return torch.randint(0, 2**62, (), dtype=torch.int64)
+    def hash_generator(self, device: torch.device) -> torch.Generator | None:
+        """Where this call's hash randomness comes from: the global RNG in training (None), `hash_seed` in eval."""
+        if self.training:
+            return None
+        gen = torch.Generator(device=device)
+        gen.manual_seed(int(self.hash_seed))
+        return gen
 
-
-def fp32_region(device: torch.device):
-    """A context with autocast off, for the parts that must run in full precision (hashing, Sinkhorn)."""
-    return torch.autocast(device_type=device.type, enabled=False)
-
-
-def check_positive_int(name: str, value: int, backend: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{backend}: option {name} must be a positive integer, got {value!r}")
-    return value
+    def attend_groups(
+        self,
+        scores: torch.Tensor,
+        allowed: torch.Tensor,
+        sorted_v: torch.Tensor,
+        undo: torch.Tensor,
+        n: int,
+        key_padding_mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Softmax within each group over the allowed keys, attention dropout, times the group's values, back in
+        position order (the first `n` queries), rounds merged, padded rows zeroed: (b, h, n, dv)."""
+        probs, lse = masked_softmax_lse(scores, allowed)
+        out = torch.matmul(self.drop(probs).to(sorted_v.dtype), sorted_v)
+        return zero_padded_outputs(unsort_rounds(out, lse, undo, n), key_padding_mask)

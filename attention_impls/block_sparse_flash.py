@@ -22,16 +22,18 @@ from typing import Any
 import torch
 
 from attention_impls.flash import FlashAttention
-from attention_impls.kernels import LayoutLists
+from attention_impls.kernels import SUPPORTED_HEAD_DIMS, LayoutLists
 from attention_impls.layouts import build_layout, layout_density, layout_token_mask, parse_layout
-from attention_impls.masking import lengths_from_mask, masked_attention, zero_padded_outputs
+from attention_impls.masking import lengths_from_mask, masked_attention, zero_padded_inputs, zero_padded_outputs
 from attention_impls.registry import Capabilities, register_backend, triton_interpreting
+from lra.core.numbers import ceil_div
 
 _FALLBACKS = ("auto", "kernel", "dense_masked")
 
 
 def dense_masked_attention(q, k, v, key_padding_mask, token_mask, scale: float, dropout_p: float) -> torch.Tensor:
     """softmax over allowed pairs (token_mask (heads or 1, Nq, Nk) and key padding), materialised; empty rows zero."""
+    q, k, v = zero_padded_inputs(q, k, v, key_padding_mask)
     allowed = token_mask[None].to(q.device)
     if key_padding_mask is not None:
         allowed = allowed & key_padding_mask[:, None, None, :]
@@ -52,8 +54,9 @@ class BlockSparseFlash(FlashAttention):
     capabilities = Capabilities(
         devices=("cuda", "cpu"),
         dtypes=(torch.float16, torch.bfloat16, torch.float32),
-        head_dims=(8, 16, 32, 64, 128),
+        head_dims=SUPPORTED_HEAD_DIMS,
         exact=False,
+        exact_on_mask=True,
         notes="own Triton kernel, kept blocks only; CPU: dense-masked fallback",
     )
     has_fallback = True
@@ -62,18 +65,14 @@ class BlockSparseFlash(FlashAttention):
 
     def __init__(
         self,
-        heads,
-        head_dim,
-        seq_len,
-        dropout=0.0,
-        scale=None,
+        *args,
         layout: Any = None,
         block: int | None = None,
         seed: int = 0,
         fallback: str = "auto",
         **flash_options,
     ):
-        super().__init__(heads, head_dim, seq_len, dropout, scale, **flash_options)
+        super().__init__(*args, **flash_options)
         self.layout_spec = parse_layout(layout if layout is not None else self.default_layout)
         self.block = int(block if block is not None else self.default_block)
         if self.block < 16 or self.block & (self.block - 1):
@@ -83,8 +82,9 @@ class BlockSparseFlash(FlashAttention):
             raise ValueError(f"fallback must be one of {_FALLBACKS}, got {fallback!r}")
         self.fallback = fallback
         self._lists_cache: dict[tuple[int, int], LayoutLists] = {}
-        if self.layout(seq_len, seq_len).shape[0] not in (1, heads):
-            raise ValueError(f"layout has {self.layout(seq_len, seq_len).shape[0]} heads; need 1 or {heads}")
+        layout_heads = self.layout(self.seq_len, self.seq_len).shape[0]
+        if layout_heads not in (1, self.heads):
+            raise ValueError(f"layout has {layout_heads} heads; need 1 or {self.heads}")
 
     def layout(self, nq: int, nk: int) -> torch.Tensor:
         """The bool layout (heads or 1, cdiv(nq, block), cdiv(nk, block)) for these sequence lengths."""
@@ -93,7 +93,7 @@ class BlockSparseFlash(FlashAttention):
     def layout_lists(self, nq: int, nk: int) -> LayoutLists:
         key = (nq, nk)
         if key not in self._lists_cache:
-            qb, kb = -(-nq // self.block), -(-nk // self.block)
+            qb, kb = ceil_div(nq, self.block), ceil_div(nk, self.block)
             lay = build_layout(self.layout_spec, qb, kb, heads=self.heads, seed=self.seed)
             self._lists_cache[key] = LayoutLists(lay, self.block)
         return self._lists_cache[key]
@@ -130,7 +130,7 @@ class BlockSparseFlash(FlashAttention):
         if key_padding_mask is not None:
             lengths_from_mask(key_padding_mask)  # same contract as the kernel: right-padded masks only
         token_mask = self.token_mask(q.shape[2], k.shape[2])
-        p = self.dropout if self.training else 0.0
+        p = self.effective_dropout if self.training else 0.0  # the kernels' quantised p, on either path
         return dense_masked_attention(q, k, v, key_padding_mask, token_mask, self.scale, p)
 
     def extra_repr(self) -> str:

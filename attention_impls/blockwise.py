@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from attention_impls.flash import draw_seed
-from attention_impls.masking import lengths_from_mask
+from attention_impls.masking import lengths_from_mask, zero_padded_inputs
 from attention_impls.registry import ALL_FLOAT, AttentionBackend, Capabilities, register_backend
 
 _M32 = 0xFFFFFFFF
@@ -69,7 +69,7 @@ class _Blockwise(torch.autograd.Function):
                 alpha = torch.exp(m - m_safe)
                 l = l * alpha + pt.sum(-1)
                 if p > 0:
-                    pt = pt * _tile_keep(seed, H, B, rows, cols, p, q.device) / (1 - p)
+                    pt = torch.where(_tile_keep(seed, H, B, rows, cols, p, q.device), pt / (1 - p), 0.0)
                 acc = acc * alpha[..., None] + pt.to(v.dtype).to(acc_t) @ v[:, :, cols].to(acc_t)
                 m = m_new
             valid = (rows[None, None, :] < q_len[:, None, None]) & (l > 0)
@@ -108,8 +108,8 @@ class _Blockwise(torch.autograd.Function):
                 pd = pt
                 if p > 0:
                     keep = _tile_keep(seed, H, B, rows, cols, p, q.device)
-                    pd = pt * keep / (1 - p)
-                    dp = dp * keep / (1 - p)
+                    pd = torch.where(keep, pt / (1 - p), 0.0)
+                    dp = torch.where(keep, dp / (1 - p), 0.0)
                 ds = pt * (dp - delta[:, :, rows, None])
                 dv[:, :, cols] += pd.transpose(-1, -2) @ dob
                 dk[:, :, cols] += (ds.transpose(-1, -2) @ qb) * scale
@@ -160,8 +160,8 @@ class FlashBlockwise(AttentionBackend):
 
     capabilities = Capabilities(dtypes=ALL_FLOAT, notes="pure-PyTorch tiles; slow; the kernels' algorithm")
 
-    def __init__(self, heads, head_dim, seq_len, dropout=0.0, scale=None, block_m: int = 64, block_n: int = 64):
-        super().__init__(heads, head_dim, seq_len, dropout, scale)
+    def __init__(self, *args, block_m: int = 64, block_n: int = 64, **kwargs):
+        super().__init__(*args, **kwargs)
         if block_m < 1 or block_n < 1:
             raise ValueError(f"block_m and block_n must be positive, got {block_m}, {block_n}")
         self.block_m, self.block_n = int(block_m), int(block_n)
@@ -172,6 +172,7 @@ class FlashBlockwise(AttentionBackend):
 
     def forward(self, q, k, v, key_padding_mask=None):
         lengths = lengths_from_mask(key_padding_mask) if key_padding_mask is not None else None
+        q, k, v = zero_padded_inputs(q, k, v, key_padding_mask)
         p = self.dropout if self.training else 0.0
         return blockwise_attention(
             q,

@@ -6,22 +6,51 @@ tile, dQ per query tile, no atomics: gradients are bitwise reproducible). Memory
 4*N^2*D FLOPs forward and 2.5x that backward, minus the key tiles past each row's length (padding is skipped).
 
 Key padding reaches the kernel as per-row lengths (the mask must be right-padded). Attention dropout draws its
-keep-mask in the kernel from a counter-based RNG (Philox on seed, head, row, column), so the backward reproduces it.
-Runs on CUDA, or on the CPU under TRITON_INTERPRET=1 (slowly, for tests).
+keep-mask in the kernel (Philox, 16 decisions per call, p quantised to 1/256: `effective_dropout`) from an RNG state
+that a device op draws from torch's generator on every call, so the backward reproduces the mask, CUDA graphs replay
+with fresh masks and torch.manual_seed reproduces them. The kernels are torch.library custom ops: torch.compile
+traces through them. Runs on CUDA, or on the CPU under TRITON_INTERPRET=1 (slowly, for tests).
 """
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
-from attention_impls.kernels import Tiles, default_tiles
+from attention_impls.kernels import SUPPORTED_HEAD_DIMS, Tiles, default_tiles, draw_rng_state, effective_dropout
 from attention_impls.masking import lengths_from_mask
 from attention_impls.registry import AttentionBackend, Capabilities, register_backend
 
+_last_checked: tuple[weakref.ref, int, torch.Tensor] | None = None
+
 
 def draw_seed() -> int:
-    """A dropout seed from torch's global RNG, so torch.manual_seed makes dropout reproducible."""
+    """A dropout seed from torch's global RNG, so torch.manual_seed makes dropout reproducible (flash_blockwise)."""
     return int(torch.randint(0, 2**31 - 1, (1,)).item())
+
+
+def padding_lengths(key_padding_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """Per-row lengths (int32) of a right-padded mask, for the kernels.
+
+    Eager: checked (lengths_from_mask), once per mask tensor, since every layer of a step gets the same one (the check
+    waits for the device). Under torch.compile or CUDA-graph capture, where nothing may wait for the device, the
+    lengths are counted and the check is a device-side assertion.
+    """
+    global _last_checked
+    if key_padding_mask is None:
+        return None
+    mask = key_padding_mask
+    if torch.compiler.is_compiling() or (mask.is_cuda and torch.cuda.is_current_stream_capturing()):
+        lengths = mask.sum(dim=1, dtype=torch.int32)
+        prefix = torch.arange(mask.shape[1], device=mask.device)[None, :] < lengths[:, None]
+        torch._assert_async((mask == prefix).all(), "key_padding_mask is not right-padded (True tokens, then padding)")
+        return lengths
+    if _last_checked is not None and _last_checked[0]() is mask and _last_checked[1] == mask._version:
+        return _last_checked[2]
+    lengths = lengths_from_mask(mask)
+    _last_checked = (weakref.ref(mask), mask._version, lengths)
+    return lengths
 
 
 @register_backend("flash")
@@ -36,18 +65,14 @@ class FlashAttention(AttentionBackend):
     capabilities = Capabilities(
         devices=("cuda",),
         dtypes=(torch.float16, torch.bfloat16, torch.float32),
-        head_dims=(8, 16, 32, 64, 128),
+        head_dims=SUPPORTED_HEAD_DIMS,
         triton=True,
         notes="own Triton kernel; O(N) memory; deterministic backward",
     )
 
     def __init__(
         self,
-        heads,
-        head_dim,
-        seq_len,
-        dropout=0.0,
-        scale=None,
+        *args,
         block_m: int | None = None,
         block_n: int | None = None,
         num_warps: int | None = None,
@@ -57,10 +82,10 @@ class FlashAttention(AttentionBackend):
         bwd_num_warps: int | None = None,
         bwd_num_stages: int | None = None,
         allow_tf32: bool = False,
+        **kwargs,
     ):
-        super().__init__(heads, head_dim, seq_len, dropout, scale)
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"attention dropout must be in [0, 1), got {self.dropout}")
+        super().__init__(*args, **kwargs)
+        self.effective_dropout = effective_dropout(self.dropout)  # what the kernels apply: p rounded to 1/256
         self.tile_options = {
             "block_m": block_m,
             "block_n": block_n,
@@ -88,17 +113,19 @@ class FlashAttention(AttentionBackend):
     def forward(self, q, k, v, key_padding_mask=None):
         from attention_impls.kernels.function import flash_attention  # imports triton only when it runs
 
-        lengths = lengths_from_mask(key_padding_mask) if key_padding_mask is not None else None
         p = self.dropout if self.training else 0.0
         return flash_attention(
             q,
             k,
             v,
-            lengths,
+            padding_lengths(key_padding_mask),
             scale=self.scale,
             dropout_p=p,
-            seed=draw_seed() if p > 0 else 0,
+            seed=draw_rng_state(q.device) if p > 0 else None,
             tiles=self.tiles(q.dtype, q.device.type),
             lists=self._lists(q, k),
             allow_tf32=self.allow_tf32,
         )
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, effective_dropout={self.effective_dropout}"

@@ -5,15 +5,17 @@ by dynamo's cache); on the CPU it runs eagerly (forward only: torch has no CPU b
 BlockMask built directly from the per-row lengths (BlockMask.from_kv_blocks, no N x N mask is ever materialised):
 key blocks wholly inside a row's length are "full" (no mask_mod call), the one straddling it is partial with
 mask_mod `kv_idx < length[b]`, and blocks past it are skipped. Rows with no key and padded query rows are zeroed
-afterwards. No attention dropout (FlexAttention has none). Cost: 4*N^2*D FLOPs forward, O(N) memory.
+afterwards. No attention dropout (FlexAttention has none: capabilities.dropout is False, so a run asking for it is
+refused up front). Cost: 4*N^2*D FLOPs forward, O(N) memory.
 """
 
 from __future__ import annotations
 
 import torch
 
-from attention_impls.masking import lengths_from_mask, zero_padded_outputs
+from attention_impls.masking import lengths_from_mask, zero_padded_inputs, zero_padded_outputs
 from attention_impls.registry import AttentionBackend, Capabilities, register_backend
+from lra.core.numbers import ceil_div
 
 _COMPILED = None
 _RECOMPILE_LIMIT = 64  # a benchmark sweep compiles one kernel per shape; dynamo's default (8) would fall back to eager
@@ -50,7 +52,7 @@ def flex_block_mask(
     from torch.nn.attention.flex_attention import BlockMask
 
     device = lengths.device if lengths is not None else (layout.device if layout is not None else "cpu")
-    qb, kb = -(-nq // block), -(-nk // block)
+    qb, kb = ceil_div(nq, block), ceil_div(nk, block)
     if lengths is None:
         lengths = torch.full((batch,), nk, dtype=torch.int32, device=device)
     lengths = lengths.to(torch.int32)
@@ -101,11 +103,8 @@ class FlexAttention(AttentionBackend):
         notes="torch FlexAttention; compiled per shape; no dropout",
     )
 
-    def __init__(self, heads, head_dim, seq_len, dropout=0.0, scale=None, block: int = 128):
-        super().__init__(heads, head_dim, seq_len, dropout, scale)
-        if self.dropout > 0:
-            raise ValueError(f"{self.name!r} has no attention dropout (FlexAttention cannot drop probabilities); "
-                             f"set model.attention_dropout: 0 or use 'flash'")  # fmt: skip
+    def __init__(self, *args, block: int = 128, **kwargs):
+        super().__init__(*args, **kwargs)
         self.block = int(block)
 
     def _layout(self, nq: int, nk: int, device: torch.device) -> torch.Tensor | None:
@@ -114,6 +113,7 @@ class FlexAttention(AttentionBackend):
     def forward(self, q, k, v, key_padding_mask=None):
         batch, _, nq, _ = q.shape
         nk = k.shape[2]
+        q, k, v = zero_padded_inputs(q, k, v, key_padding_mask)
         lengths = lengths_from_mask(key_padding_mask) if key_padding_mask is not None else None
         layout = self._layout(nq, nk, q.device)
         block_mask = None

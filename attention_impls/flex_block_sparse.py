@@ -2,7 +2,8 @@
 
 The layout (attention_impls/layouts.py) becomes a BlockMask through BlockMask.from_kv_blocks at the layout's block
 size, intersected with the key padding (full blocks skip the mask_mod; the block straddling a row's length is partial).
-Compiled once per shape on CUDA; eager (forward only) on the CPU. Work is density x the dense FLOPs. No dropout.
+Compiled once per shape on CUDA; eager (forward only) on the CPU. Work is density x the dense FLOPs. No dropout
+(capabilities.dropout is False). Exact softmax attention over the layout's pairs (capabilities.exact_on_mask).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 from attention_impls.flex import FlexAttention
 from attention_impls.layouts import build_layout, layout_density, layout_token_mask, parse_layout
 from attention_impls.registry import Capabilities, register_backend
+from lra.core.numbers import ceil_div
 
 
 @register_backend("flex_block_sparse")
@@ -25,13 +27,13 @@ class FlexBlockSparse(FlexAttention):
         dtypes=(torch.float16, torch.bfloat16, torch.float32),
         head_dims=(16, 32, 64, 128, 256),
         exact=False,
+        exact_on_mask=True,
         dropout=False,
         notes="torch FlexAttention with a BlockMask layout",
     )
 
-    def __init__(self, heads, head_dim, seq_len, dropout=0.0, scale=None, layout: Any = None, block: int = 128,
-                 seed: int = 0):  # fmt: skip
-        super().__init__(heads, head_dim, seq_len, dropout, scale, block=block)
+    def __init__(self, *args, layout: Any = None, seed: int = 0, **kwargs):
+        super().__init__(*args, **kwargs)
         self.layout_spec = parse_layout(layout if layout is not None else "butterfly")
         self.seed = int(seed)
         self._cache: dict[tuple[int, int, str], torch.Tensor] = {}
@@ -39,7 +41,7 @@ class FlexBlockSparse(FlexAttention):
     def _layout(self, nq: int, nk: int, device: torch.device) -> torch.Tensor:
         key = (nq, nk, str(device))
         if key not in self._cache:
-            qb, kb = -(-nq // self.block), -(-nk // self.block)
+            qb, kb = ceil_div(nq, self.block), ceil_div(nk, self.block)
             self._cache[key] = build_layout(self.layout_spec, qb, kb, heads=self.heads, seed=self.seed).to(device)
         return self._cache[key]
 

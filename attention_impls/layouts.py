@@ -24,16 +24,11 @@ from typing import Any
 
 import torch
 
-PatternFn = Callable[..., torch.Tensor]
-PATTERNS: dict[str, PatternFn] = {}
+from lra.core.registry import Registry
 
-
-def pattern(name: str) -> Callable[[PatternFn], PatternFn]:
-    def register(fn: PatternFn) -> PatternFn:
-        PATTERNS[name] = fn
-        return fn
-
-    return register
+# A pattern is a function (qb, kb, heads, **options) -> bool (heads or 1, qb, kb); its options are its keywords.
+PATTERNS: Registry[Callable[..., torch.Tensor]] = Registry("layout pattern", fixed=("qb", "kb", "heads"))
+pattern = PATTERNS.register
 
 
 def _grid(qb: int, kb: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -131,7 +126,7 @@ def parse_layout(spec: Any) -> LayoutSpec:
     else:
         raise ValueError(f"layout must be a name, a list of names or {{name: options}}, got {spec!r}")
     if not items:
-        raise ValueError("layout is empty; name at least one pattern: " + ", ".join(PATTERNS))
+        raise ValueError("layout is empty; name at least one pattern: " + ", ".join(PATTERNS.names()))
     out = []
     for item in items:
         if isinstance(item, str):
@@ -141,27 +136,22 @@ def parse_layout(spec: Any) -> LayoutSpec:
             opts = dict(opts or {})
         else:
             raise ValueError(f"layout entry {item!r} must be a pattern name or {{name: {{option: value}}}}")
-        if name not in PATTERNS:
-            raise ValueError(f"unknown layout pattern {name!r}; known: {', '.join(PATTERNS)}")
-        fn = PATTERNS[name]
-        valid = [p for p in fn.__code__.co_varnames[: fn.__code__.co_argcount] if p not in ("qb", "kb", "heads")]
-        bad = sorted(set(opts) - set(valid))
-        if bad:
-            raise ValueError(f"layout pattern {name!r} has no option(s) {bad}; valid: {valid or '(none)'}")
+        PATTERNS.check_options(name, opts)  # an unknown name or option fails naming the valid ones
         out.append((name, tuple(sorted(opts.items()))))
     return LayoutSpec(tuple(out))
 
 
 def build_layout(spec: Any, q_blocks: int, k_blocks: int | None = None, heads: int = 1, seed: int = 0) -> torch.Tensor:
-    """The union of the spec's patterns: bool (heads or 1, q_blocks, k_blocks). `seed` is random's default seed."""
+    """The union of the spec's patterns: bool (heads or 1, q_blocks, k_blocks). `seed` is the default of every
+    seeded pattern (`random`)."""
     spec = parse_layout(spec)
     k_blocks = q_blocks if k_blocks is None else k_blocks
     layout = torch.zeros(1, q_blocks, k_blocks, dtype=torch.bool)
     for name, opts in spec.patterns:
         kw = dict(opts)
-        if name == "random":
+        if "seed" in PATTERNS.options(name):
             kw.setdefault("seed", seed)
-        layout = layout | PATTERNS[name](q_blocks, k_blocks, heads, **kw)
+        layout = layout | PATTERNS.build(name, kw, qb=q_blocks, kb=k_blocks, heads=heads)
     return layout
 
 

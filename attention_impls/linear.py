@@ -9,9 +9,10 @@ formed: cost O(N d^2) time and O(d^2) extra memory per head instead of O(N^2). I
 in spirit (a different, smoother similarity), not numerically; no scale is applied (the method has none, so the
 `scale` argument is ignored).
 
-Padding: padded keys get phi(k) = 0, so they are excluded exactly from both sums. Padded query rows and rows with no
-real key are zero. There is no attention matrix, so attention dropout does not apply (the `dropout` setting is
-ignored). The sums run in fp32 (fp64 for fp64 inputs) with autocast off: the denominator is a long sum of positives.
+Padding: padded keys get phi(k) = 0 (selected, so a NaN in padding stays out), so they are excluded exactly from
+both sums. Padded query rows and rows with no real key are zero. There is no attention matrix, so there is no
+attention dropout (capabilities.dropout is False: a run asking for it is refused). The sums run in fp32 (fp64 for
+fp64 inputs) with autocast off: the denominator is a long sum of positives.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attention_impls.masking import safe_key_mask, zero_padded_outputs
+from attention_impls.masking import safe_key_mask, score_dtype, zero_padded_inputs, zero_padded_outputs
 from attention_impls.registry import AttentionBackend, Capabilities, register_backend
 
 
@@ -29,19 +30,20 @@ class LinearAttention(AttentionBackend):
 
     capabilities = Capabilities(exact=False, dropout=False, notes="Katharopoulos et al. 2020; O(N d^2)")
 
-    def __init__(self, heads, head_dim, seq_len, dropout=0.0, scale=None, eps: float = 1e-6):
-        super().__init__(heads, head_dim, seq_len, dropout, scale)
+    def __init__(self, *args, eps: float = 1e-6, **kwargs):
+        super().__init__(*args, **kwargs)
         if eps < 0:
             raise ValueError(f"linear attention eps must be >= 0, got {eps}")
         self.eps = float(eps)
 
     def forward(self, q, k, v, key_padding_mask=None):
-        compute = torch.promote_types(q.dtype, torch.float32)
+        q, k, v = zero_padded_inputs(q, k, v, key_padding_mask)
+        compute = score_dtype(q.dtype)
         with torch.autocast(device_type=q.device.type, enabled=False):
             phi_q = F.elu(q.to(compute)) + 1.0
             phi_k = F.elu(k.to(compute)) + 1.0
             if key_padding_mask is not None:
-                phi_k = phi_k * safe_key_mask(key_padding_mask)[:, None, :, None].to(compute)
+                phi_k = torch.where(safe_key_mask(key_padding_mask)[:, None, :, None], phi_k, phi_k.new_zeros(()))
             kv = torch.matmul(phi_k.transpose(-2, -1), v.to(compute))  # (B, H, d, d_v)
             denom = torch.matmul(phi_q, phi_k.sum(dim=2).unsqueeze(-1)) + self.eps  # (B, H, N, 1)
             out = torch.matmul(phi_q, kv) / denom

@@ -13,21 +13,20 @@ The projections are N wide, so the backend is built for the model's full padded 
 (capabilities.fixed_seq_len); a shorter input uses the first N columns (the same as zero-padding it), a longer one is
 an error. E and F start as LRA's lecun-normal kernels, N(0, 1/seq_len).
 
-Padding (an approximation, unlike softmax masking): padded keys and values are zeroed before the projection, so
-their content never reaches the output. But the k projected rows are mixtures of tokens, not tokens, so they cannot be
-masked: every projected row keeps a softmax weight, a short sequence's projected keys are sums over fewer tokens
-(smaller, differently normalised rows than a full one's), and a projected row made only of padding still scores 0
-rather than -inf. LRA's own Linformer ignores the padding mask altogether. Padded query rows and rows with no real key
-are zero. Attention dropout applies to the (N x k) probabilities during training.
+Padding (an approximation, unlike softmax masking): padded keys and values are replaced by zeros before the projection
+(a selection, so even a NaN there never reaches the output). But the k projected rows are mixtures of tokens, not
+tokens, so they cannot be masked: every projected row keeps a softmax weight, a short sequence's projected keys are sums
+over fewer tokens (smaller, differently normalised rows than a full one's), and a projected row made only of padding
+still scores 0 rather than -inf. LRA's own Linformer ignores the padding mask altogether. Padded query rows and rows
+with no real key are zero. Attention dropout applies to the (N x k) probabilities during training.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from attention_impls.masking import zero_padded_outputs
+from attention_impls.masking import score_dtype, zero_padded_inputs
 from attention_impls.registry import AttentionBackend, Capabilities, register_backend
 
 
@@ -37,14 +36,15 @@ class LinformerAttention(AttentionBackend):
 
     capabilities = Capabilities(exact=False, fixed_seq_len=True, notes="Wang et al. 2020; O(N k d)")
 
-    def __init__(self, heads, head_dim, seq_len, dropout=0.0, scale=None, k: int = 256, share_kv: bool = True):
-        super().__init__(heads, head_dim, seq_len, dropout, scale)
+    def __init__(self, *args, k: int = 256, share_kv: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
         if k < 1:
             raise ValueError(f"linformer k (projected length) must be >= 1, got {k}")
         self.k = int(k)
         self.share_kv = bool(share_kv)
-        self.E = nn.Parameter(torch.randn(self.k, seq_len) * seq_len**-0.5)
-        self.F = None if self.share_kv else nn.Parameter(torch.randn(self.k, seq_len) * seq_len**-0.5)
+        std = self.seq_len**-0.5  # lecun-normal: fan-in seq_len
+        self.E = nn.Parameter(torch.randn(self.k, self.seq_len) * std)
+        self.F = None if self.share_kv else nn.Parameter(torch.randn(self.k, self.seq_len) * std)
 
     def forward(self, q, k, v, key_padding_mask=None):
         n = k.shape[2]
@@ -53,19 +53,14 @@ class LinformerAttention(AttentionBackend):
                 f"linformer was built for sequences of at most {self.seq_len} tokens (its projections are that wide) "
                 f"but got {n}; build it with seq_len >= {n} (the model's full padded length)"
             )
-        if key_padding_mask is not None:
-            real = key_padding_mask[:, None, :, None].to(k.dtype)
-            k, v = k * real, v * real
+        q, k, v = zero_padded_inputs(q, k, v, key_padding_mask)
         e = self.E[:, :n]
         f = e if self.F is None else self.F[:, :n]
         k_proj = torch.matmul(e.to(k.dtype), k)  # (B, H, k, d)
         v_proj = torch.matmul(f.to(v.dtype), v)
         scores = torch.matmul(q, k_proj.transpose(-2, -1))
-        probs = torch.softmax(scores.to(torch.promote_types(scores.dtype, torch.float32)) * self.scale, dim=-1)
-        if self.training and self.dropout > 0:
-            probs = F.dropout(probs, p=self.dropout)
-        out = torch.matmul(probs.to(v_proj.dtype), v_proj)
-        return zero_padded_outputs(out, key_padding_mask)
+        scores = scores.to(score_dtype(scores.dtype)) * self.scale
+        return self.softmax_attend(scores, v_proj, key_padding_mask, mask_keys=False)  # projected keys: no padding
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", k={self.k}, share_kv={self.share_kv}"

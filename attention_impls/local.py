@@ -8,6 +8,8 @@ What it approximates: full attention, by dropping every query-key pair outside t
 Cost: O(N * window) time and memory. Queries are processed in chunks with only the keys those chunks can see, so no
 N x N matrix is ever built. Padded keys get no weight (exactly); padded query rows and rows whose window holds no
 real key are zero. N need not be a multiple of the window: the sequence is padded internally and the pad is masked.
+The window is the backend's `token_mask` (capabilities.exact_on_mask): the numerics study compares it with naive
+attention under that mask, and `density` is the window's share of the N x N pairs.
 """
 
 from __future__ import annotations
@@ -15,16 +17,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attention_impls._bucketed import (
-    ceil_div,
-    check_positive_int,
-    masked_softmax_lse,
-    pad_seq,
-    real_tokens,
-    score_dtype,
-)
-from attention_impls.masking import zero_padded_outputs
+from attention_impls._bucketed import check_positive_int, pad_seq, real_tokens
+from attention_impls.masking import masked_softmax_lse, score_dtype, zero_padded_inputs, zero_padded_outputs
 from attention_impls.registry import AttentionBackend, Capabilities, register_backend
+from lra.core.numbers import ceil_div
 
 MODES = ("blocked", "sliding")
 
@@ -33,23 +29,34 @@ MODES = ("blocked", "sliding")
 class LocalAttention(AttentionBackend):
     """Windowed attention. Options: `window` (tokens, default 256), `mode` ('blocked' or 'sliding')."""
 
-    capabilities = Capabilities(exact=False, notes="windowed softmax; O(N * window)")
+    capabilities = Capabilities(exact=False, exact_on_mask=True, notes="windowed softmax; O(N * window)")
 
-    def __init__(
-        self,
-        heads: int,
-        head_dim: int,
-        seq_len: int,
-        dropout: float = 0.0,
-        scale: float | None = None,
-        window: int = 256,
-        mode: str = "blocked",
-    ):
-        super().__init__(heads, head_dim, seq_len, dropout, scale)
+    def __init__(self, *args, window: int = 256, mode: str = "blocked", **kwargs):
+        super().__init__(*args, **kwargs)
         self.window = check_positive_int("window", window, "local")
         if mode not in MODES:
             raise ValueError(f"local: mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.mode = mode
+
+    def token_mask(self, seq_q: int, seq_k: int) -> torch.Tensor:
+        """The window as a bool (1, seq, seq) mask: same block of `window` tokens, or |i - j| <= window // 2."""
+        if seq_q != seq_k:
+            raise ValueError(f"local attention needs equal query and key lengths, got {seq_q} and {seq_k}")
+        i, j = torch.arange(seq_q)[:, None], torch.arange(seq_k)[None, :]
+        if self.mode == "blocked":
+            return (i // self.window == j // self.window)[None]
+        return ((i - j).abs() <= self.window // 2)[None]
+
+    def density(self, seq_len: int | None = None) -> float:
+        """The share of (query, key) pairs inside the window, counted without building the mask."""
+        n = self.seq_len if seq_len is None else seq_len
+        if self.mode == "blocked":
+            w = min(self.window, n)
+            pairs = (n // w) * w * w + (n % w) ** 2
+        else:
+            half = min(self.window // 2, n - 1)
+            pairs = n + 2 * (half * n - half * (half + 1) // 2)  # the diagonal and half off-diagonals each side
+        return pairs / (n * n)
 
     def forward(self, q, k, v, key_padding_mask=None):
         if q.shape[2] != k.shape[2] or k.shape[2] != v.shape[2]:
@@ -57,6 +64,7 @@ class LocalAttention(AttentionBackend):
                 f"local attention aligns queries and keys by position, so q, k and v need the same sequence length; "
                 f"got {q.shape[2]}, {k.shape[2]}, {v.shape[2]}"
             )
+        q, k, v = zero_padded_inputs(q, k, v, key_padding_mask)
         out = (
             self._blocked(q, k, v, key_padding_mask)
             if self.mode == "blocked"
@@ -69,9 +77,7 @@ class LocalAttention(AttentionBackend):
         scores = torch.matmul(q_chunks, k_chunks.transpose(-2, -1))
         scores = scores.to(score_dtype(scores.dtype)) * self.scale
         probs, _ = masked_softmax_lse(scores, allowed)
-        if self.training and self.dropout > 0:
-            probs = F.dropout(probs, p=self.dropout)
-        return torch.matmul(probs.to(v_chunks.dtype), v_chunks)
+        return torch.matmul(self.drop(probs).to(v_chunks.dtype), v_chunks)
 
     def _blocked(self, q, k, v, key_padding_mask):
         b, h, n, d = q.shape

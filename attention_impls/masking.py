@@ -24,9 +24,29 @@ def lengths_from_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
     return lengths.to(torch.int32)
 
 
+def score_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Softmax precision for inputs of `dtype`: fp32, or fp64 for fp64 inputs."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def safe_key_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
     """The mask with fully padded rows opened up, so softmax stays finite; their outputs are zeroed afterwards."""
     return key_padding_mask | ~key_padding_mask.any(dim=1, keepdim=True)
+
+
+def zero_padded_inputs(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v with padded positions replaced by zeros: padded keys and values, and padded queries in
+    self-attention. A selection, not a product with the mask, so a NaN or inf in padding reaches neither the
+    output nor the gradients of the real positions (0 * NaN is NaN); padded positions get zero gradients."""
+    if key_padding_mask is None:
+        return q, k, v
+    real = key_padding_mask[:, None, :, None]
+    k, v = (torch.where(real, t, t.new_zeros(())) for t in (k, v))
+    if q.shape[2] == key_padding_mask.shape[1]:
+        q = torch.where(real, q, q.new_zeros(()))
+    return q, k, v
 
 
 def zero_padded_outputs(out: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
@@ -54,7 +74,7 @@ def masked_softmax_lse(scores: torch.Tensor, allowed: torch.Tensor) -> tuple[tor
     has_key = allowed.any(dim=-1, keepdim=True)
     scores = scores.masked_fill(~allowed, float("-inf")).masked_fill(~has_key, 0.0)
     lse = torch.logsumexp(scores, dim=-1, keepdim=True)
-    probs = torch.exp(scores - lse) * has_key
+    probs = torch.where(has_key, torch.exp(scores - lse), scores.new_zeros(()))
     lse = torch.where(has_key, lse, torch.full_like(lse, NO_KEY_LSE))
     return probs, lse.squeeze(-1)
 
@@ -76,7 +96,7 @@ def masked_attention(
     (batch, heads, Nq, Nk)): scores in the input dtype, softmax in fp32 (fp64 for fp64 inputs), probabilities cast
     to the input dtype for P V. Rows with no allowed key are zero."""
     scores = torch.matmul(q, k.transpose(-2, -1))
-    scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * scale
+    scores = scores.to(score_dtype(scores.dtype)) * scale
     probs = masked_softmax(scores, allowed)
     if dropout_p > 0:
         probs = torch.nn.functional.dropout(probs, p=dropout_p)

@@ -21,9 +21,10 @@ not divisible by m. The authors' code instead cuts the padded sequence into equa
 padding dilute the means; here a row with fewer real tokens than m gets L one-token landmarks, and its empty ones are
 removed exactly (masked out of both softmaxes over landmarks, identity rows in the m x m matrix). Padded keys get -inf
 in softmax(Q~ K^T) and the convolution sees zeroed padded values, so padded keys get no weight. Padded query rows and
-rows with no real key are zero. The whole computation runs in fp32 (fp64 for fp64 inputs) with autocast off: the
-pseudo-inverse iteration is fragile in low precision. There is no N x N matrix, so attention dropout does not apply
-(the `dropout` setting is ignored, as in the authors' code).
+rows with no real key are zero; padded positions are replaced by zeros on entry (a selection, so a NaN there stays
+out of the landmark means). The whole computation runs in fp32 (fp64 for fp64 inputs) with autocast off: the
+pseudo-inverse iteration is fragile in low precision. There is no N x N matrix to drop, so there is no attention
+dropout (the authors' code has none either; capabilities.dropout is False, so a run asking for it is refused).
 """
 
 from __future__ import annotations
@@ -32,7 +33,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention_impls.masking import masked_softmax, safe_key_mask, zero_padded_outputs
+from attention_impls.masking import (
+    masked_softmax,
+    safe_key_mask,
+    score_dtype,
+    zero_padded_inputs,
+    zero_padded_outputs,
+)
 from attention_impls.registry import AttentionBackend, Capabilities, register_backend
 
 
@@ -66,17 +73,9 @@ class NystromAttention(AttentionBackend):
     capabilities = Capabilities(exact=False, dropout=False, notes="Xiong et al. 2021; O(N m d)")
 
     def __init__(
-        self,
-        heads,
-        head_dim,
-        seq_len,
-        dropout=0.0,
-        scale=None,
-        num_landmarks: int = 64,
-        pinv_iterations: int = 6,
-        conv_kernel_size: int | None = None,
+        self, *args, num_landmarks: int = 64, pinv_iterations: int = 6, conv_kernel_size: int | None = None, **kwargs
     ):
-        super().__init__(heads, head_dim, seq_len, dropout, scale)
+        super().__init__(*args, **kwargs)
         if num_landmarks < 1:
             raise ValueError(f"nystrom num_landmarks must be >= 1, got {num_landmarks}")
         if pinv_iterations < 0:
@@ -91,14 +90,15 @@ class NystromAttention(AttentionBackend):
         self.conv_kernel_size = conv_kernel_size
         if conv_kernel_size is not None:
             bound = conv_kernel_size**-0.5  # nn.Conv2d's default init for a depthwise (k x 1) kernel
-            self.conv_weight = nn.Parameter(torch.empty(heads, 1, conv_kernel_size, 1).uniform_(-bound, bound))
+            self.conv_weight = nn.Parameter(torch.empty(self.heads, 1, conv_kernel_size, 1).uniform_(-bound, bound))
 
     def forward(self, q, k, v, key_padding_mask=None):
         b, _, n, _ = q.shape
+        q, k, v = zero_padded_inputs(q, k, v, key_padding_mask)
         m = min(self.num_landmarks, n)
         keys = safe_key_mask(key_padding_mask) if key_padding_mask is not None else None
         real = keys if keys is not None else torch.ones(b, n, dtype=torch.bool, device=q.device)
-        compute = torch.promote_types(q.dtype, torch.float32)
+        compute = score_dtype(q.dtype)
         with torch.autocast(device_type=q.device.type, enabled=False):
             root = self.scale**0.5
             qc, kc, vc = q.to(compute) * root, k.to(compute) * root, v.to(compute)
@@ -114,10 +114,9 @@ class NystromAttention(AttentionBackend):
             reduced = torch.matmul(kernel_3, vc)  # (B, H, m, d_v)
             out = torch.matmul(kernel_1, torch.matmul(iterative_pinv(kernel_2, self.pinv_iterations), reduced))
         out = out.to(v.dtype)
-        if self.conv_kernel_size is not None:
-            v_real = v * real[:, None, :, None].to(v.dtype)
+        if self.conv_kernel_size is not None:  # v's padded rows are zero already
             pad = self.conv_kernel_size // 2
-            out = out + F.conv2d(v_real, self.conv_weight.to(v.dtype), padding=(pad, 0), groups=self.heads)
+            out = out + F.conv2d(v, self.conv_weight.to(v.dtype), padding=(pad, 0), groups=self.heads)
         return zero_padded_outputs(out, key_padding_mask)
 
     def extra_repr(self) -> str:

@@ -25,8 +25,8 @@ torch's global CPU RNG and live in a buffer (saved in checkpoints), so runs repe
 is deterministic.
 
 Padding: padded keys get phi(k) = 0 and are left out of the key stabiliser, so they get no weight at all. Padded
-query rows and rows with no real key are zero. There is no attention matrix, so attention dropout does not apply
-(the `dropout` setting is ignored).
+query rows and rows with no real key are zero. There is no attention matrix, so there is no attention dropout
+(capabilities.dropout is False: a run asking for it is refused).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from attention_impls.masking import safe_key_mask, zero_padded_outputs
+from attention_impls.masking import safe_key_mask, score_dtype, zero_padded_inputs, zero_padded_outputs
 from attention_impls.registry import AttentionBackend, Capabilities, register_backend
 
 _KERNELS = ("softmax", "relu")
@@ -66,17 +66,14 @@ class PerformerAttention(AttentionBackend):
 
     def __init__(
         self,
-        heads,
-        head_dim,
-        seq_len,
-        dropout=0.0,
-        scale=None,
+        *args,
         nb_features: int = 256,
         ortho: bool = True,
         redraw_every: int = 1,
         kernel: str = "softmax",
+        **kwargs,
     ):
-        super().__init__(heads, head_dim, seq_len, dropout, scale)
+        super().__init__(*args, **kwargs)
         if nb_features < 1:
             raise ValueError(f"performer nb_features must be >= 1, got {nb_features}")
         if redraw_every < 0:
@@ -89,7 +86,7 @@ class PerformerAttention(AttentionBackend):
         self.kernel = kernel
         self.eps = 1e-6 if kernel == "softmax" else 1e-3
         self.training_calls = 0  # saved through get_extra_state
-        self.register_buffer("features", gaussian_features(self.nb_features, head_dim, self.ortho))
+        self.register_buffer("features", gaussian_features(self.nb_features, self.head_dim, self.ortho))
 
     @torch.no_grad()
     def redraw_features(self) -> None:
@@ -101,8 +98,9 @@ class PerformerAttention(AttentionBackend):
             if self.training_calls % self.redraw_every == 0:
                 self.redraw_features()
             self.training_calls += 1
+        q, k, v = zero_padded_inputs(q, k, v, key_padding_mask)
         keys = safe_key_mask(key_padding_mask) if key_padding_mask is not None else None
-        compute = torch.promote_types(q.dtype, torch.float32)
+        compute = score_dtype(q.dtype)
         with torch.autocast(device_type=q.device.type, enabled=False):
             w = self.features.to(compute)
             phi_q = self._phi(q.to(compute), w, None, is_query=True)
@@ -127,7 +125,7 @@ class PerformerAttention(AttentionBackend):
                 masked = proj if real is None else proj.masked_fill(~real, float("-inf"))
                 stab = masked.amax(dim=(-2, -1), keepdim=True)
             phi = (torch.exp(proj - half_sq_norm - stab.detach()) + self.eps) / math.sqrt(self.nb_features)
-        return phi if real is None else phi * real.to(phi.dtype)
+        return phi if real is None else torch.where(real, phi, phi.new_zeros(()))
 
     def get_extra_state(self) -> dict[str, Any]:
         return {"training_calls": self.training_calls}

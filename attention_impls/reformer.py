@@ -27,26 +27,16 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attention_impls._bucketed import (
-    ceil_div,
-    check_positive_int,
-    combine_rounds,
-    fp32_region,
-    hash_generator,
-    masked_softmax_lse,
-    new_seed,
-    pad_seq,
-    real_tokens,
-    score_dtype,
-)
-from attention_impls.masking import zero_padded_outputs
-from attention_impls.registry import AttentionBackend, Capabilities, register_backend
+from attention_impls._bucketed import HashRounds, check_positive_int, fp32_region, gather_sorted, pad_seq, real_tokens
+from attention_impls.masking import score_dtype, zero_padded_inputs
+from attention_impls.registry import Capabilities, register_backend
+from lra.core.numbers import ceil_div
 
 QK_SOURCES = ("mean", "query")
 
 
 @register_backend("reformer")
-class ReformerAttention(AttentionBackend):
+class ReformerAttention(HashRounds):
     """LSH attention (shared QK). Options: n_hashes (2), bucket_size (32), n_buckets (None: N / bucket_size),
     causal (False), qk ('mean' or 'query')."""
 
@@ -54,19 +44,14 @@ class ReformerAttention(AttentionBackend):
 
     def __init__(
         self,
-        heads: int,
-        head_dim: int,
-        seq_len: int,
-        dropout: float = 0.0,
-        scale: float | None = None,
-        n_hashes: int = 2,
+        *args,
         bucket_size: int = 32,
         n_buckets: int | None = None,
         causal: bool = False,
         qk: str = "mean",
+        **kwargs,
     ):
-        super().__init__(heads, head_dim, seq_len, dropout, scale)
-        self.n_hashes = check_positive_int("n_hashes", n_hashes, "reformer")
+        super().__init__(*args, **kwargs)
         self.bucket_size = check_positive_int("bucket_size", bucket_size, "reformer")
         if n_buckets is not None:
             check_positive_int("n_buckets", n_buckets, "reformer")
@@ -77,7 +62,6 @@ class ReformerAttention(AttentionBackend):
         if qk not in QK_SOURCES:
             raise ValueError(f"reformer: qk must be one of {', '.join(QK_SOURCES)}, got {qk!r}")
         self.qk = qk
-        self.register_buffer("hash_seed", new_seed())
 
     def buckets_for(self, n_chunks: int) -> int:
         """Number of hash buckets for a sequence of `n_chunks` chunks: about one bucket per chunk, even."""
@@ -90,12 +74,19 @@ class ReformerAttention(AttentionBackend):
         b, h, n, d = x.shape
         if n_buckets == 1:
             return torch.zeros(b, h, self.n_hashes, n, dtype=torch.long, device=x.device)
-        gen = hash_generator(self.hash_seed, self.training, x.device)
+        gen = self.hash_generator(x.device)
         with torch.no_grad(), fp32_region(x.device):
             rot = torch.randn(h, self.n_hashes, d, n_buckets // 2, generator=gen, device=x.device)
             xn = F.normalize(x.detach().to(score_dtype(x.dtype)), dim=-1)
             rotated = torch.einsum("bhnd,hrdk->bhrnk", xn, rot.to(xn.dtype))
             return torch.cat([rotated, -rotated], dim=-1).argmax(dim=-1)
+
+    def density(self, seq_len: int | None = None) -> float:
+        """Keys scored per query (own and previous chunk, every round) over the sequence length, at most 1."""
+        n = self.seq_len if seq_len is None else seq_len
+        c = min(self.bucket_size, n)
+        keys = c if ceil_div(n, c) == 1 else 2 * c
+        return min(1.0, self.n_hashes * keys / n)
 
     def forward(self, q, k, v, key_padding_mask=None):
         if q.shape != k.shape or q.shape[:3] != v.shape[:3]:
@@ -103,9 +94,8 @@ class ReformerAttention(AttentionBackend):
                 f"reformer shares queries and keys (self-attention), so q and k must have the same shape and v the "
                 f"same sequence length; got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
             )
+        q, k, v = zero_padded_inputs(q, k, v, key_padding_mask)
         b, h, n, d = q.shape
-        dv = v.shape[-1]
-        r = self.n_hashes
         x = q if self.qk == "query" else (q + k) * 0.5
         c = min(self.bucket_size, n)
         nc = ceil_div(n, c)
@@ -117,18 +107,13 @@ class ReformerAttention(AttentionBackend):
         buckets = self.hash(x, n_buckets)  # (b, h, r, npad)
         buckets = torch.where(real[:, None, None, :], buckets, n_buckets)  # padding: a bucket of its own, last
         pos = torch.arange(npad, device=q.device)
-        order = (buckets * npad + pos).argsort(dim=-1)  # sort by bucket, then position
-        undo = order.argsort(dim=-1)
+        order = (buckets * npad + pos).argsort(dim=-1)  # sort by bucket, then position: (b, h, r, npad)
 
-        def gather(t: torch.Tensor) -> torch.Tensor:  # (b, h, npad, e) -> sorted (b, h, r, nc, c, e)
-            idx = order.unsqueeze(-1).expand(-1, -1, -1, -1, t.shape[-1])
-            return t.unsqueeze(2).expand(-1, -1, r, -1, -1).gather(3, idx).reshape(b, h, r, nc, c, t.shape[-1])
-
-        sq = gather(x)
+        sq = gather_sorted(x, order, c)  # (b, h, r, nc, c, d)
         sk = F.normalize(sq.to(score_dtype(sq.dtype)), dim=-1).to(sq.dtype)  # fp32: eps underflows in fp16
-        sv = gather(vp)
-        q_pos = order.reshape(b, h, r, nc, c)
-        k_real = real[:, None, None, :].expand(b, h, r, npad).gather(3, order).reshape(b, h, r, nc, c)
+        sv = gather_sorted(vp, order, c)
+        q_pos = order.reshape(b, h, self.n_hashes, nc, c)
+        k_real = real[:, None, None, :].expand_as(order).gather(3, order).reshape_as(q_pos)
         k_pos = q_pos
         if nc > 1:  # attend to the own chunk and the previous one (circularly)
             sk, sv, k_pos, k_real = (torch.cat([t, t.roll(1, dims=3)], dim=4) for t in (sk, sv, k_pos, k_real))
@@ -141,14 +126,7 @@ class ReformerAttention(AttentionBackend):
         is_self = k_pos.unsqueeze(-2) == q_pos.unsqueeze(-1)
         others = allowed & ~is_self
         allowed = torch.where(others.any(dim=-1, keepdim=True), others, allowed)
-        probs, lse = masked_softmax_lse(scores, allowed)
-        if self.training and self.dropout > 0:
-            probs = F.dropout(probs, p=self.dropout)
-        so = torch.matmul(probs.to(sv.dtype), sv).reshape(b, h, r, npad, dv)
-        o = so.gather(3, undo.unsqueeze(-1).expand(-1, -1, -1, -1, dv))
-        lse = lse.reshape(b, h, r, npad).gather(3, undo)
-        out = combine_rounds(o, lse, dim=2)[:, :, :n].to(so.dtype)
-        return zero_padded_outputs(out, key_padding_mask)
+        return self.attend_groups(scores, allowed, sv, order.argsort(dim=-1), n, key_padding_mask)
 
     def extra_repr(self) -> str:
         return (

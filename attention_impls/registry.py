@@ -14,8 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from attention_impls.masking import safe_key_mask, score_dtype, zero_padded_outputs
+from lra.core.dtypes import dtype_name
+from lra.core.errors import ConfigError
 from lra.core.registry import Registry
 
 BACKENDS: Registry[type[AttentionBackend]] = Registry(
@@ -37,37 +41,43 @@ class Capabilities:
     max_head_dim: int | None = None
     fixed_seq_len: bool = False  # parameters depend on the sequence length (Linformer)
     triton: bool = False  # a Triton kernel: on CPU it runs only under TRITON_INTERPRET=1
-    dropout: bool = True
-    notes: str = ""
+    dropout: bool = True  # applies attention dropout; False: refused for p > 0 (why_cannot_run, build_attention)
+    exact_on_mask: bool = False  # exact softmax attention over the pairs of its `token_mask` (block layouts, windows)
+    notes: str = ""  # one line for `lra list`
     extra: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> str:
-        dt = ",".join(str(d).replace("torch.", "").replace("float", "fp").replace("bfp16", "bf16") for d in self.dtypes)
-        hd = (
-            ",".join(map(str, self.head_dims))
-            if self.head_dims
-            else f"<={self.max_head_dim}"
-            if self.max_head_dim
-            else "any"
-        )
-        parts = [
-            "exact" if self.exact else "approx",
-            "/".join(self.devices),
-            dt,
-            f"head_dim {hd}",
-        ]
+        """One line for `lra list`: exactness, devices, dtypes, head dims and the flags that are set."""
+        dt = ",".join(dtype_name(d) for d in self.dtypes)
+        parts = ["exact" if self.exact else "approx", "/".join(self.devices), dt, f"head_dim {self.head_dim_text()}"]
+        if self.exact_on_mask:
+            parts.append("exact on its mask")
+        if not self.dropout:
+            parts.append("no attention dropout")
         if self.fixed_seq_len:
             parts.append("fixed seq len")
         if self.triton:
             parts.append("triton")
         return "; ".join(parts)
 
+    def head_dim_text(self) -> str:
+        """The supported head dims, short: 'any', '<=256', '8..256 step 8' or '16,32,64'."""
+        dims = self.head_dims
+        if not dims:
+            return f"<={self.max_head_dim}" if self.max_head_dim else "any"
+        steps = {b - a for a, b in zip(dims, dims[1:])}
+        if len(dims) > 3 and len(steps) == 1:  # a run such as 8, 16, ..., 256
+            return f"{dims[0]}..{dims[-1]} step {steps.pop()}"
+        return ",".join(map(str, dims))
+
 
 class AttentionBackend(nn.Module):
     """Base class of every backend. Subclasses set `capabilities` and implement `forward`.
 
     Construction gets the model's shape (`heads`, `head_dim`, `seq_len`), the attention dropout probability, and the
-    backend's own options as keyword arguments (from the config's `attention: {NAME: {...}}` block).
+    backend's own options as keyword arguments (from the config's `attention: {NAME: {...}}` block). A subclass
+    takes its own options keyword-only and passes the rest up, so the shared arguments are written once, here:
+    `def __init__(self, *args, window: int = 256, **kwargs): super().__init__(*args, **kwargs)`.
     """
 
     name: ClassVar[str]
@@ -76,6 +86,8 @@ class AttentionBackend(nn.Module):
 
     def __init__(self, heads: int, head_dim: int, seq_len: int, dropout: float = 0.0, scale: float | None = None):
         super().__init__()
+        if not 0.0 <= float(dropout) < 1.0:
+            raise ValueError(f"attention dropout must be in [0, 1), got {dropout}")
         self.heads = heads
         self.head_dim = head_dim
         self.seq_len = seq_len
@@ -87,19 +99,36 @@ class AttentionBackend(nn.Module):
     ) -> torch.Tensor:
         raise NotImplementedError
 
+    def drop(self, probs: torch.Tensor) -> torch.Tensor:
+        """Attention dropout on probabilities, in training only."""
+        return F.dropout(probs, p=self.dropout) if self.training and self.dropout > 0 else probs
+
+    def softmax_attend(
+        self, logits: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None, mask_keys: bool = True
+    ) -> torch.Tensor:
+        """softmax(logits) V for a backend that materialises its logits (..., Nq, Nk): softmax in fp32 (fp64 for
+        fp64 values) over the real keys (all of them when not `mask_keys`: keys that are mixtures of tokens),
+        attention dropout, P V in v's dtype, and the interface's zero rows."""
+        logits = logits.to(score_dtype(v.dtype))
+        if key_padding_mask is not None and mask_keys:
+            logits = logits.masked_fill(~safe_key_mask(key_padding_mask)[:, None, None, :], float("-inf"))
+        probs = self.drop(torch.softmax(logits, dim=-1))
+        return zero_padded_outputs(torch.matmul(probs.to(v.dtype), v), key_padding_mask)
+
     # Optional hooks, with defaults that describe a dense, untiled backend. Benchmarks and the numerics study call
     # them on every backend, so a new sparse or tiled backend is measured against its own mask and tiles for free.
 
     def token_mask(self, seq_q: int, seq_k: int) -> torch.Tensor | None:
         """The (query, key) pairs this backend attends: bool (heads or 1, seq_q, seq_k), or None for all of them.
 
-        Exact attention restricted to a pattern (block-sparse layouts) returns its pattern here, and is then compared
-        with naive attention under the same mask.
+        Exact attention restricted to a fixed pattern (block-sparse layouts, local windows; capabilities
+        exact_on_mask) returns its pattern here, and is then compared with naive attention under the same mask.
         """
         return None
 
     def density(self, seq_len: int | None = None) -> float:
-        """The fraction of (query, key) pairs computed at `seq_len` (default: the model's); 1 for dense attention."""
+        """The share of the N x N (query, key) pairs the backend scores at N = `seq_len` (default: the model's):
+        benchmarks scale dense attention's FLOPs by it. 1 for dense attention."""
         return 1.0
 
     def tile_shape(self, dtype: torch.dtype, device_type: str) -> tuple[int, int] | None:
@@ -129,7 +158,11 @@ def build_attention(
     dropout: float = 0.0,
     options: dict[str, Any] | None = None,
 ) -> AttentionBackend:
-    """Build the backend `name` for a model shape; unknown options fail with the valid ones."""
+    """Build the backend `name` for a model shape; unknown options fail with the valid ones, and attention dropout
+    asked of a backend that has none fails rather than being ignored."""
+    refusal = dropout_refusal(name, dropout)
+    if refusal:
+        raise ConfigError(refusal)
     return BACKENDS.build(name, options, heads=heads, head_dim=head_dim, seq_len=seq_len, dropout=dropout)
 
 
@@ -137,10 +170,29 @@ def triton_interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def dropout_refusal(name: str, dropout: float | None) -> str | None:
+    """Why backend `name` cannot train with attention dropout `dropout` (and what would), or None if it can."""
+    caps = BACKENDS.get(name).capabilities
+    if not dropout or caps.dropout:
+        return None
+    peers = [n for n, c in BACKENDS.items() if c.capabilities.dropout and c.capabilities.exact == caps.exact]
+    return (
+        f"{name!r} has no attention dropout, but attention dropout {dropout} was asked for (model.attention_dropout); "
+        f"train it with --set model.attention_dropout=0, or use a backend with attention dropout: " + ", ".join(peers)
+    )
+
+
 def why_cannot_run(
-    name: str, device: str | torch.device, dtype: torch.dtype | None = None, head_dim: int | None = None
+    name: str,
+    device: str | torch.device,
+    dtype: torch.dtype | None = None,
+    head_dim: int | None = None,
+    dropout: float | None = None,
 ) -> str | None:
-    """Why backend `name` cannot run here (a message that also says what would work), or None if it can."""
+    """Why backend `name` cannot run here with these settings (a message that also says what would work), or None.
+
+    `dropout` is the attention dropout the run trains with (model.attention_dropout); None or 0 asks for none.
+    """
     cls = BACKENDS.get(name)
     caps = cls.capabilities
     dev = torch.device(device).type
@@ -162,10 +214,12 @@ def why_cannot_run(
     if dev == "cuda" and not torch.cuda.is_available():
         return "CUDA was asked for but torch.cuda.is_available() is False; run with --device cpu"
     if dtype is not None and dtype not in caps.dtypes:
-        return f"{name!r} does not support {dtype}; supported: {', '.join(map(str, caps.dtypes))}"
+        supported = ", ".join(dtype_name(d) for d in caps.dtypes)
+        return f"{name!r} does not support {dtype}; supported: {supported}"
     if head_dim is not None:
         if caps.head_dims is not None and head_dim not in caps.head_dims:
-            return f"{name!r} supports head dims {caps.head_dims}, not {head_dim}; change model.dim or model.heads"
+            dims = caps.head_dim_text()
+            return f"{name!r} supports head dims {dims}, not {head_dim}; change model.dim or model.heads"
         if caps.max_head_dim is not None and head_dim > caps.max_head_dim:
             return f"{name!r} supports head dims up to {caps.max_head_dim}, not {head_dim}"
-    return None
+    return dropout_refusal(name, dropout)

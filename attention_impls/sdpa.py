@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from attention_impls.masking import safe_key_mask, zero_padded_outputs
+from attention_impls.masking import safe_key_mask, zero_padded_inputs, zero_padded_outputs
 from attention_impls.registry import AttentionBackend, Capabilities, register_backend
 
 _MASK_BIAS = -30000.0  # representable in fp16/bf16; exp(-30000) is 0 in every float format
@@ -29,14 +29,15 @@ class _SDPA(AttentionBackend):
     sdp_backend: ClassVar[SDPBackend]
     default_mask_mode: ClassVar[str] = "attn_mask"
 
-    def __init__(self, heads, head_dim, seq_len, dropout=0.0, scale=None, mask_mode: str | None = None):
-        super().__init__(heads, head_dim, seq_len, dropout, scale)
+    def __init__(self, *args, mask_mode: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
         self.mask_mode = mask_mode or self.default_mask_mode
         if self.mask_mode not in ("attn_mask", "bias_column"):
             raise ValueError(f"mask_mode must be 'attn_mask' or 'bias_column', got {self.mask_mode!r}")
 
     def forward(self, q, k, v, key_padding_mask=None):
         p = self.dropout if self.training else 0.0
+        q, k, v = zero_padded_inputs(q, k, v, key_padding_mask)
         attn_mask = None
         if key_padding_mask is not None:
             keys = safe_key_mask(key_padding_mask)
@@ -63,26 +64,27 @@ def _append_bias_column(q, k, v, keys: torch.Tensor, scale: float):
     return torch.cat([q, q_pad], -1), torch.cat([k, k_pad], -1), torch.cat([v, v_pad], -1)
 
 
+class _FusedSDPA(_SDPA):
+    """The fused CUDA kernels (flash, cuDNN): fp16/bf16, head dim <= 256, padding as a bias column."""
+
+    default_mask_mode = "bias_column"
+    capabilities = Capabilities(
+        devices=("cuda",), dtypes=(torch.float16, torch.bfloat16), max_head_dim=256, notes="PyTorch SDPA, pinned"
+    )
+
+
 @register_backend("sdpa_flash")
-class SDPAFlash(_SDPA):
+class SDPAFlash(_FusedSDPA):
     """PyTorch's FlashAttention-2 kernel (CUDA, fp16/bf16, head dim <= 256)."""
 
     sdp_backend = SDPBackend.FLASH_ATTENTION
-    default_mask_mode = "bias_column"
-    capabilities = Capabilities(
-        devices=("cuda",), dtypes=(torch.float16, torch.bfloat16), max_head_dim=256, notes="PyTorch SDPA, pinned"
-    )
 
 
 @register_backend("sdpa_cudnn")
-class SDPACudnn(_SDPA):
+class SDPACudnn(_FusedSDPA):
     """cuDNN fused attention through SDPA (CUDA, fp16/bf16)."""
 
     sdp_backend = SDPBackend.CUDNN_ATTENTION
-    default_mask_mode = "bias_column"
-    capabilities = Capabilities(
-        devices=("cuda",), dtypes=(torch.float16, torch.bfloat16), max_head_dim=256, notes="PyTorch SDPA, pinned"
-    )
 
 
 @register_backend("sdpa_mem_efficient")

@@ -26,20 +26,12 @@ Gumbel noise and the SortCut variant of the paper are not implemented.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from attention_impls._bucketed import (
-    ceil_div,
-    check_positive_int,
-    fp32_region,
-    masked_softmax_lse,
-    pad_seq,
-    real_tokens,
-    score_dtype,
-)
-from attention_impls.masking import zero_padded_outputs
+from attention_impls._bucketed import check_positive_int, fp32_region, pad_seq, real_tokens
+from attention_impls.masking import masked_softmax_lse, score_dtype, zero_padded_inputs, zero_padded_outputs
 from attention_impls.registry import AttentionBackend, Capabilities, register_backend
+from lra.core.numbers import ceil_div
 
 MASS_EPS = 1e-6  # a sorted slot with less real mass than this counts as padding
 
@@ -66,18 +58,8 @@ class SinkhornAttention(AttentionBackend):
         exact=False, fixed_seq_len=True, notes="own block + Sinkhorn-sorted block; sorting net sized by seq_len"
     )
 
-    def __init__(
-        self,
-        heads: int,
-        head_dim: int,
-        seq_len: int,
-        dropout: float = 0.0,
-        scale: float | None = None,
-        block_size: int = 64,
-        sinkhorn_iters: int = 8,
-        temperature: float = 0.75,
-    ):
-        super().__init__(heads, head_dim, seq_len, dropout, scale)
+    def __init__(self, *args, block_size: int = 64, sinkhorn_iters: int = 8, temperature: float = 0.75, **kwargs):
+        super().__init__(*args, **kwargs)
         self.block_size = check_positive_int("block_size", block_size, "sinkhorn")
         if isinstance(sinkhorn_iters, bool) or not isinstance(sinkhorn_iters, int) or sinkhorn_iters < 0:
             raise ValueError(f"sinkhorn: option sinkhorn_iters must be a non-negative integer, got {sinkhorn_iters!r}")
@@ -85,13 +67,19 @@ class SinkhornAttention(AttentionBackend):
         if not temperature > 0:
             raise ValueError(f"sinkhorn: option temperature must be positive, got {temperature!r}")
         self.temperature = float(temperature)
-        check_positive_int("seq_len", seq_len, "sinkhorn")
-        self.max_blocks = self.blocks_for(seq_len)
-        self.sort_net = nn.Linear(head_dim, self.max_blocks)
+        check_positive_int("seq_len", self.seq_len, "sinkhorn")
+        self.max_blocks = self.blocks_for(self.seq_len)
+        self.sort_net = nn.Linear(self.head_dim, self.max_blocks)
 
     def blocks_for(self, n: int) -> int:
         """Number of blocks for a sequence of n tokens (a block longer than the sequence is one block of n)."""
         return ceil_div(n, min(self.block_size, n))
+
+    def density(self, seq_len: int | None = None) -> float:
+        """Keys scored per query (its own block and one sorted block) over the sequence length, at most 1."""
+        n = self.seq_len if seq_len is None else seq_len
+        bs = min(self.block_size, n)
+        return min(1.0, (bs if self.blocks_for(n) == 1 else 2 * bs) / n)
 
     def _blocks(self, k: torch.Tensor, key_padding_mask: torch.Tensor | None):
         b, h, n, d = k.shape
@@ -110,7 +98,7 @@ class SinkhornAttention(AttentionBackend):
         b, h, n, d = k.shape
         nb, bs, real = self._blocks(k, key_padding_mask)
         kb = pad_seq(k, nb * bs).reshape(b, h, nb, bs, d)
-        block_emb = (kb * real[..., None].to(kb.dtype)).sum(dim=3)  # (b, h, nb, d)
+        block_emb = torch.where(real[..., None], kb, kb.new_zeros(())).sum(dim=3)  # (b, h, nb, d)
         logits = self.sort_net(block_emb)[..., :nb]
         return sinkhorn(logits, self.sinkhorn_iters, self.temperature)
 
@@ -120,6 +108,7 @@ class SinkhornAttention(AttentionBackend):
                 f"sinkhorn attention aligns query and key blocks by position, so q, k and v need the same sequence "
                 f"length; got {q.shape[2]}, {k.shape[2]}, {v.shape[2]}"
             )
+        q, k, v = zero_padded_inputs(q, k, v, key_padding_mask)  # padded keys and values are zero from here on
         b, h, n, d = q.shape
         dv = v.shape[-1]
         nb, bs, real = self._blocks(k, key_padding_mask)
@@ -134,10 +123,9 @@ class SinkhornAttention(AttentionBackend):
             mass = torch.matmul(p, m)  # (b, h, nb, bs): real share of each sorted slot
         filled = mass > MASS_EPS
         mix = p.to(kb.dtype)
-        m_kv = m.to(kb.dtype)[..., None]
         inv_mass = (1.0 / mass.clamp_min(MASS_EPS)).to(kb.dtype)[..., None]
-        k_sorted = torch.einsum("bhij,bhjtd->bhitd", mix, kb * m_kv) * inv_mass
-        v_sorted = torch.einsum("bhij,bhjtd->bhitd", mix.to(vb.dtype), vb * m_kv.to(vb.dtype)) * inv_mass.to(vb.dtype)
+        k_sorted = torch.einsum("bhij,bhjtd->bhitd", mix, kb) * inv_mass  # padded kb, vb rows are zero: real mix only
+        v_sorted = torch.einsum("bhij,bhjtd->bhitd", mix.to(vb.dtype), vb) * inv_mass.to(vb.dtype)
 
         own = torch.matmul(qb, kb.transpose(-2, -1))
         srt = torch.matmul(qb, k_sorted.transpose(-2, -1))
@@ -146,9 +134,7 @@ class SinkhornAttention(AttentionBackend):
         scores = torch.cat([own.to(sdt) * self.scale, srt.to(sdt) * self.scale + log_mass[..., None, :]], dim=-1)
         allowed = torch.cat([real[..., None, :].expand(b, h, nb, 1, bs), filled[..., None, :]], dim=-1)
         probs, _ = masked_softmax_lse(scores, allowed)
-        if self.training and self.dropout > 0:
-            probs = F.dropout(probs, p=self.dropout)
-        probs = probs.to(vb.dtype)
+        probs = self.drop(probs).to(vb.dtype)
         out = torch.matmul(probs[..., :bs], vb) + torch.matmul(probs[..., bs:], v_sorted)
         out = out.reshape(b, h, npad, dv)[:, :, :n]
         return zero_padded_outputs(out, key_padding_mask)

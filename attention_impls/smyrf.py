@@ -24,22 +24,11 @@ Randomness: (a, b) are drawn from torch's global RNG on every training call, and
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from attention_impls._bucketed import (
-    ceil_div,
-    check_positive_int,
-    combine_rounds,
-    fp32_region,
-    hash_generator,
-    masked_softmax_lse,
-    new_seed,
-    pad_seq,
-    real_tokens,
-    score_dtype,
-)
-from attention_impls.masking import zero_padded_outputs
-from attention_impls.registry import AttentionBackend, Capabilities, register_backend
+from attention_impls._bucketed import HashRounds, check_positive_int, fp32_region, gather_sorted, pad_seq, real_tokens
+from attention_impls.masking import score_dtype, zero_padded_inputs
+from attention_impls.registry import Capabilities, register_backend
+from lra.core.numbers import ceil_div
 
 
 def xbox_plus(
@@ -62,7 +51,7 @@ def xbox_plus(
 
 
 @register_backend("smyrf")
-class SmyrfAttention(AttentionBackend):
+class SmyrfAttention(HashRounds):
     """Balanced asymmetric-LSH clustering. Options: n_hashes (2), cluster_size (64; or q_cluster_size and
     k_cluster_size separately), r (E2LSH bucket width, 1.0)."""
 
@@ -70,19 +59,14 @@ class SmyrfAttention(AttentionBackend):
 
     def __init__(
         self,
-        heads: int,
-        head_dim: int,
-        seq_len: int,
-        dropout: float = 0.0,
-        scale: float | None = None,
-        n_hashes: int = 2,
+        *args,
         cluster_size: int = 64,
         q_cluster_size: int | None = None,
         k_cluster_size: int | None = None,
         r: float = 1.0,
+        **kwargs,
     ):
-        super().__init__(heads, head_dim, seq_len, dropout, scale)
-        self.n_hashes = check_positive_int("n_hashes", n_hashes, "smyrf")
+        super().__init__(*args, **kwargs)
         check_positive_int("cluster_size", cluster_size, "smyrf")
         qcs = cluster_size if q_cluster_size is None else q_cluster_size
         kcs = cluster_size if k_cluster_size is None else k_cluster_size
@@ -91,7 +75,6 @@ class SmyrfAttention(AttentionBackend):
         if not r > 0:
             raise ValueError(f"smyrf: option r (the E2LSH bucket width) must be positive, got {r!r}")
         self.r = float(r)
-        self.register_buffer("hash_seed", new_seed())
 
     def layout(self, nq: int, nk: int) -> tuple[int, int, int]:
         """(clusters, query cluster size, key cluster size) for nq queries and nk keys: equal cluster counts."""
@@ -117,7 +100,7 @@ class SmyrfAttention(AttentionBackend):
             q_real = real_tokens(key_padding_mask, b, nq, nqp, q.device)
         else:
             q_real = real_tokens(None, b, nq, nqp, q.device)
-        gen = hash_generator(self.hash_seed, self.training, q.device)
+        gen = self.hash_generator(q.device)
         with torch.no_grad(), fp32_region(q.device):
             dt = score_dtype(q.dtype)
             fq, gk = xbox_plus(pad_seq(q.detach().to(dt), nqp), pad_seq(k.detach().to(dt), nkp), q_real, k_real)
@@ -137,42 +120,34 @@ class SmyrfAttention(AttentionBackend):
             k_hash,
         )
 
+    def density(self, seq_len: int | None = None) -> float:
+        """Keys scored per query (one key cluster per round) over the sequence length, at most 1."""
+        n = self.seq_len if seq_len is None else seq_len
+        return min(1.0, self.n_hashes * min(self.k_cluster_size, n) / n)
+
     def forward(self, q, k, v, key_padding_mask=None):
         if k.shape[:3] != v.shape[:3] or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
             raise ValueError(
                 f"smyrf: q (b, h, nq, d), k (b, h, nk, d) and v (b, h, nk, dv) must agree; "
                 f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
             )
-        b, h, nq, d = q.shape
-        nk, dv = k.shape[2], v.shape[-1]
-        r = self.n_hashes
+        q, k, v = zero_padded_inputs(q, k, v, key_padding_mask)
+        b, nq, nk = q.shape[0], q.shape[2], k.shape[2]
         n_clusters, qcs, kcs = self.layout(nq, nk)
         nqp, nkp = n_clusters * qcs, n_clusters * kcs
         q_order, k_order, _, _ = self.clusters(q, k, key_padding_mask)
+        q_order, k_order = q_order.flatten(-2), k_order.flatten(-2)  # (b, h, r, padded length)
         k_real = real_tokens(key_padding_mask, b, nk, nkp, q.device)
 
-        def gather(t: torch.Tensor, order: torch.Tensor, size: int) -> torch.Tensor:
-            idx = order.reshape(b, h, r, -1, 1).expand(-1, -1, -1, -1, t.shape[-1])
-            picked = t.unsqueeze(2).expand(-1, -1, r, -1, -1).gather(3, idx)
-            return picked.reshape(b, h, r, n_clusters, size, t.shape[-1])
-
-        sq = gather(pad_seq(q, nqp), q_order, qcs)
-        sk = gather(pad_seq(k, nkp), k_order, kcs)
-        sv = gather(pad_seq(v, nkp), k_order, kcs)
-        allowed = k_real[:, None, None, None, :].expand(b, h, r, 1, nkp)
-        allowed = allowed.gather(4, k_order.reshape(b, h, r, 1, nkp)).reshape(b, h, r, n_clusters, 1, kcs)
+        sq = gather_sorted(pad_seq(q, nqp), q_order, qcs)
+        sk = gather_sorted(pad_seq(k, nkp), k_order, kcs)
+        sv = gather_sorted(pad_seq(v, nkp), k_order, kcs)
+        allowed = k_real[:, None, None, :].expand_as(k_order).gather(3, k_order)
+        allowed = allowed.reshape(*k_order.shape[:3], n_clusters, 1, kcs)
 
         scores = torch.matmul(sq, sk.transpose(-2, -1))
         scores = scores.to(score_dtype(scores.dtype)) * self.scale  # (b, h, r, clusters, qcs, kcs)
-        probs, lse = masked_softmax_lse(scores, allowed)
-        if self.training and self.dropout > 0:
-            probs = F.dropout(probs, p=self.dropout)
-        so = torch.matmul(probs.to(sv.dtype), sv).reshape(b, h, r, nqp, dv)
-        undo = q_order.reshape(b, h, r, nqp).argsort(dim=-1)
-        o = so.gather(3, undo.unsqueeze(-1).expand(-1, -1, -1, -1, dv))
-        lse = lse.reshape(b, h, r, nqp).gather(3, undo)
-        out = combine_rounds(o, lse, dim=2)[:, :, :nq].to(so.dtype)
-        return zero_padded_outputs(out, key_padding_mask)
+        return self.attend_groups(scores, allowed, sv, q_order.argsort(dim=-1), nq, key_padding_mask)
 
     def extra_repr(self) -> str:
         return (

@@ -22,10 +22,9 @@ the probabilities during training.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from attention_impls.masking import safe_key_mask, zero_padded_outputs
+from attention_impls.masking import zero_padded_inputs
 from attention_impls.registry import AttentionBackend, Capabilities, register_backend
 
 _VARIANTS = ("dense", "random")
@@ -42,18 +41,9 @@ class SynthesizerAttention(AttentionBackend):
         extra={"unused_inputs": ("k",)},  # keys only mark padding (the random variant ignores q too)
     )
 
-    def __init__(
-        self,
-        heads,
-        head_dim,
-        seq_len,
-        dropout=0.0,
-        scale=None,
-        variant: str = "dense",
-        hidden: int | None = None,
-        trainable: bool = True,
-    ):
-        super().__init__(heads, head_dim, seq_len, dropout, scale)
+    def __init__(self, *args, variant: str = "dense", hidden: int | None = None, trainable: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        heads, head_dim, seq_len = self.heads, self.head_dim, self.seq_len
         if variant not in _VARIANTS:
             raise ValueError(f"synthesizer variant must be one of {', '.join(_VARIANTS)}, got {variant!r}")
         self.variant = variant
@@ -80,19 +70,13 @@ class SynthesizerAttention(AttentionBackend):
                 f"synthesizer was built for sequences of at most {self.seq_len} tokens (its weights are that wide) "
                 f"but got {max(n_q, n_k)}; build it with seq_len >= {max(n_q, n_k)} (the model's full padded length)"
             )
+        q, k, v = zero_padded_inputs(q, k, v, key_padding_mask)
         if self.variant == "dense":
             hid = torch.relu(torch.matmul(q, self.w1.to(q.dtype)) + self.b1.to(q.dtype))  # (B, H, Nq, hidden)
             logits = torch.matmul(hid, self.w2[:, :, :n_k].to(hid.dtype)) + self.b2[:, :, :n_k].to(hid.dtype)
         else:
             logits = self.random[:, :n_q, :n_k].unsqueeze(0).expand(q.shape[0], -1, -1, -1)
-        logits = logits.to(torch.promote_types(v.dtype, torch.float32))  # fp32 softmax (fp64 for fp64 inputs)
-        if key_padding_mask is not None:
-            logits = logits.masked_fill(~safe_key_mask(key_padding_mask)[:, None, None, :], float("-inf"))
-        probs = torch.softmax(logits, dim=-1)
-        if self.training and self.dropout > 0:
-            probs = F.dropout(probs, p=self.dropout)
-        out = torch.matmul(probs.to(v.dtype), v)
-        return zero_padded_outputs(out, key_padding_mask)
+        return self.softmax_attend(logits, v, key_padding_mask)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", variant={self.variant}, hidden={self.hidden}, trainable={self.trainable}"

@@ -1,3 +1,6 @@
+"""`python -m lra ...` is the `lra` command (torchrun and the sweep start runs this way)."""
+
 from lra.cli.main import main
 
-raise SystemExit(main())
+if __name__ == "__main__":
+    raise SystemExit(main())

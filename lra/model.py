@@ -8,19 +8,24 @@ encoder and classify [e1, e2, e1*e2, e1-e2] (the LRA dual-tower head).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from attention_impls import build_attention
+from lra.core.errors import RunSetupError
 
 
 class MultiHeadAttention(nn.Module):
     """Projections around a pluggable attention backend."""
 
-    def __init__(self, dim: int, heads: int, head_dim: int, seq_len: int, backend: str, dropout: float, options: dict):
+    def __init__(
+        self, dim: int, *, heads: int, head_dim: int, seq_len: int, backend: str, dropout: float, options: dict
+    ) -> None:
         super().__init__()
         self.heads, self.head_dim = heads, head_dim
         self.qkv = nn.Linear(dim, 3 * heads * head_dim)
@@ -39,7 +44,7 @@ class MultiHeadAttention(nn.Module):
 class Block(nn.Module):
     """x + Attn(LN(x)), then x + MLP(LN(x))."""
 
-    def __init__(self, dim: int, mlp_dim: int, dropout: float, attn: MultiHeadAttention):
+    def __init__(self, dim: int, *, mlp_dim: int, dropout: float, attn: MultiHeadAttention) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(dim)
         self.attn = attn
@@ -64,7 +69,9 @@ def sinusoidal_positions(n: int, dim: int) -> torch.Tensor:
 class Encoder(nn.Module):
     """Embeds tokens and runs the blocks; returns one pooled vector per sequence."""
 
-    def __init__(self, vocab_size: int, seq_len: int, model: dict[str, Any], backend: str, attn_options: dict):
+    def __init__(
+        self, model: dict[str, Any], backend: str, *, vocab_size: int, seq_len: int, attn_options: dict
+    ) -> None:
         super().__init__()
         dim, heads = model["dim"], model["heads"]
         head_dim = model["head_dim"] or dim // heads
@@ -77,19 +84,25 @@ class Encoder(nn.Module):
         else:
             self.register_buffer("pos", sinusoidal_positions(seq_len, dim), persistent=False)
         attn_len = seq_len + (1 if self.cls is not None else 0)
+        attn = dict(heads=heads, head_dim=head_dim, seq_len=attn_len, backend=backend, options=attn_options)
         self.blocks = nn.ModuleList(
             Block(
                 dim,
-                model["mlp_dim"],
-                model["dropout"],
-                MultiHeadAttention(dim, heads, head_dim, attn_len, backend, model["attention_dropout"], attn_options),
+                mlp_dim=model["mlp_dim"],
+                dropout=model["dropout"],
+                attn=MultiHeadAttention(dim, dropout=model["attention_dropout"], **attn),
             )
             for _ in range(model["layers"])
         )
         self.drop = nn.Dropout(model["dropout"])
         self.norm = nn.LayerNorm(dim)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, padded: bool | None = None) -> torch.Tensor:
+        """Pooled encodings of `tokens`; `padded` says whether any of them has padding (None: look, a host sync).
+
+        Attention gets the key padding mask only when some sequence is padded: a mask of all True would take the
+        slower masked path of some backends for nothing.
+        """
         b, n = tokens.shape
         if n > self.seq_len:
             raise ValueError(f"sequence of {n} tokens is longer than the model's {self.seq_len}")
@@ -99,7 +112,9 @@ class Encoder(nn.Module):
             x = torch.cat([self.cls.expand(b, -1, -1), x], dim=1)
             mask = torch.cat([mask.new_ones(b, 1), mask], dim=1)
         x = self.drop(x)
-        attn_mask = None if bool(mask.all()) else mask
+        if padded is None:
+            padded = not bool(mask.all())
+        attn_mask = mask if padded else None
         for block in self.blocks:
             x = block(x, attn_mask)
         x = self.norm(x)
@@ -113,28 +128,38 @@ class Classifier(nn.Module):
     """Encoder + MLP head. For two-document tasks the head sees [e1, e2, e1*e2, e1-e2]."""
 
     def __init__(
-        self, vocab_size: int, seq_len: int, num_classes: int, pair: bool, config: dict[str, Any], backend: str
-    ):
+        self, config: dict[str, Any], backend: str, *, vocab_size: int, seq_len: int, num_classes: int, pair: bool
+    ) -> None:
         super().__init__()
         model = config["model"]
         self.pair = pair
-        self.encoder = Encoder(vocab_size, seq_len, model, backend, dict(config["attention"].get(backend) or {}))
+        options = dict(config["attention"].get(backend) or {})
+        self.encoder = Encoder(model, backend, vocab_size=vocab_size, seq_len=seq_len, attn_options=options)
         dim = model["dim"]
         hidden = model["classifier_dim"] or model["mlp_dim"]
         self.head = nn.Sequential(
             nn.Linear(4 * dim if pair else dim, hidden), nn.ReLU(), nn.Linear(hidden, num_classes)
         )
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, padded: Sequence[bool] | None = None) -> torch.Tensor:
+        """Logits; `padded`: per document (one, or two for pairs), whether any sequence of the batch has padding
+        (`padding_flags`; None: the encoder looks, which syncs with the device and breaks a compiled graph)."""
+        first, second = (None, None) if padded is None else (padded[0], padded[-1])
         if self.pair:
-            e1, e2 = self.encoder(tokens[:, 0]), self.encoder(tokens[:, 1])
+            e1, e2 = self.encoder(tokens[:, 0], first), self.encoder(tokens[:, 1], second)
             return self.head(torch.cat([e1, e2, e1 * e2, e1 - e2], dim=-1))
-        return self.head(self.encoder(tokens))
+        return self.head(self.encoder(tokens, first))
 
 
-def build_model(config: dict[str, Any], vocab_size: int, seq_len: int, num_classes: int, pair: bool, backend: str):
+def padding_flags(tokens: torch.Tensor | np.ndarray, *, pair: bool) -> tuple[bool, ...]:
+    """Per document, whether any sequence of the batch `tokens` ((B, L), or (B, 2, L) for pairs) has padding."""
+    docs = [tokens[:, 0], tokens[:, 1]] if pair else [tokens]
+    return tuple(bool((d == 0).any()) for d in docs)
+
+
+def build_model(config: dict[str, Any], backend: str, *, vocab_size: int, seq_len: int, num_classes: int, pair: bool):
     """The classifier for a resolved config and a task's shape, with the attention backend `backend`."""
-    return Classifier(vocab_size, seq_len, num_classes, pair, config, backend)
+    return Classifier(config, backend, vocab_size=vocab_size, seq_len=seq_len, num_classes=num_classes, pair=pair)
 
 
 def upsample_grid_positions(pos: torch.Tensor, new_len: int) -> torch.Tensor:
@@ -145,7 +170,7 @@ def upsample_grid_positions(pos: torch.Tensor, new_len: int) -> torch.Tensor:
     _, n, dim = pos.shape
     side, new_side = math.isqrt(n), math.isqrt(new_len)
     if side * side != n or new_side * new_side != new_len:
-        raise ValueError(f"positional grids must be square: {n} -> {new_len} positions")
+        raise RunSetupError(f"init_from: positional grids must be square to upsample, got {n} -> {new_len} positions")
     grid = pos.reshape(1, side, side, dim).permute(0, 3, 1, 2)
     grid = F.interpolate(grid, size=(new_side, new_side), mode="bilinear", align_corners=False)
     return grid.permute(0, 2, 3, 1).reshape(1, new_len, dim)
@@ -160,13 +185,13 @@ def load_init(model: nn.Module, state: dict[str, torch.Tensor]) -> list[str]:
     adapted = []
     for name, value in state.items():
         if name not in own:
-            raise ValueError(f"init_from: parameter {name!r} is not in this model; the architectures differ")
+            raise RunSetupError(f"init_from: parameter {name!r} is not in this model; the architectures differ")
         if own[name].shape != value.shape:
             if name.endswith("encoder.pos") and value.dim() == 3:
                 state[name] = upsample_grid_positions(value, own[name].shape[1])
                 adapted.append(name)
             else:
-                raise ValueError(
+                raise RunSetupError(
                     f"init_from: {name} has shape {tuple(value.shape)} but this model needs {tuple(own[name].shape)}"
                 )
     model.load_state_dict(state)

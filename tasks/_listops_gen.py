@@ -23,16 +23,16 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import multiprocessing
+import math
 import time
 import warnings
-from collections import deque
-from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 import numpy as np
+
+from lra.core.pools import run_jobs
 
 VALUE_P = 0.25
 OP_NAMES = ("MIN", "MAX", "MED", "SM")
@@ -47,6 +47,7 @@ GENERATOR_VERSION = 1  # bump when the drawn data changes for the same settings 
 TREES_PER_CHUNK = 8192
 POOL_AFTER_S = 3.0  # estimated serial seconds above which chunks go to worker processes
 STALL_CHUNKS = 64  # consecutive chunks without a new sequence before generation gives up
+MAX_ROUND = 1024  # most chunks handed to the worker processes at once
 
 
 @dataclass(frozen=True)
@@ -81,14 +82,11 @@ class Grammar:
 
 @dataclass
 class Chunk:
-    """The accepted trees of one chunk, in draw order: tokens (n, max_length) uint8, labels, lengths, depths."""
+    """The accepted trees of one chunk, in draw order: tokens (n, max_length) uint8, labels, and a digest per row."""
 
     tokens: np.ndarray
     labels: np.ndarray
-    lengths: np.ndarray
-    depths: np.ndarray
     digests: list[bytes]
-    drawn: int
 
 
 def _grow(rng: np.random.Generator, n_trees: int, g: Grammar) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
@@ -119,10 +117,10 @@ def _grow(rng: np.random.Generator, n_trees: int, g: Grammar) -> tuple[list[tupl
 
 def _write_tokens(
     rng: np.random.Generator, levels: list[tuple[np.ndarray, np.ndarray]], accepted: np.ndarray, max_length: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray]:
     """Draw digits and operators for the accepted trees and lay them out in prefix order.
 
-    Returns tokens (n, max_length), labels and depths of the accepted trees.
+    Returns tokens (n, max_length) and labels of the accepted trees.
     """
     new_id = np.cumsum(accepted) - 1
     n = int(accepted.sum())
@@ -131,9 +129,6 @@ def _write_tokens(
         keep = accepted[tree]
         if keep.any():
             lv.append((new_id[tree[keep]], kids[keep]))
-    depths = np.zeros(n, dtype=np.int64)
-    for d, (tree, _) in enumerate(lv, start=1):
-        depths[tree] = d
     # Subtree sizes bottom-up; parents[d][i] is the index (within level d-1) of node i's parent.
     sizes: list[np.ndarray] = [np.empty(0, np.int64)] * len(lv)
     parents: list[np.ndarray] = [np.empty(0, np.int64)] * len(lv)
@@ -164,7 +159,7 @@ def _write_tokens(
         flat_tokens[at[internal] + sizes[d][internal] - 1] = END
         symbols.append(sym)
     labels = _reduce_levels(symbols, [k for _, k in lv])
-    return tokens, labels, depths
+    return tokens, labels
 
 
 def chunk_rng(seed: int, chunk: int) -> np.random.Generator:
@@ -176,10 +171,9 @@ def generate_chunk(g: Grammar, seed: int, chunk: int, n_trees: int = TREES_PER_C
     """Draw n_trees trees for chunk `chunk` and return the accepted ones, labelled, in draw order."""
     rng = chunk_rng(seed, chunk)
     levels, accepted = _grow(rng, n_trees, g)
-    tokens, labels, depths = _write_tokens(rng, levels, accepted, g.max_length)
-    lengths = (tokens != PAD).sum(axis=1)
+    tokens, labels = _write_tokens(rng, levels, accepted, g.max_length)
     digests = [hashlib.blake2b(row.tobytes(), digest_size=16).digest() for row in tokens]
-    return Chunk(tokens, labels.astype(np.uint8), lengths, depths, digests, n_trees)
+    return Chunk(tokens, labels.astype(np.uint8), digests)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -337,12 +331,6 @@ def lra_bytes(tokens: np.ndarray, ends: list[bytes], end_of_row: np.ndarray) -> 
     return text[np.repeat(piece_at[ids] - out_at, lens) + np.arange(int(lens.sum()))].tobytes()
 
 
-def to_lra_strings(tokens: np.ndarray) -> list[str]:
-    """LRA's strings of right-padded token rows (see `lra_bytes`)."""
-    n_rows = 1 if np.asarray(tokens).ndim == 1 else len(tokens)
-    return lra_bytes(tokens, [b"\n"], np.zeros(n_rows, dtype=np.int64)).decode().split("\n")[:-1]
-
-
 _GAP = np.zeros(256, dtype=bool)  # separators; parentheses count as separators since they are dropped anyway
 _GAP[list(b" ()\r\n")] = True
 _SINGLE = np.full(256, 255, dtype=np.uint8)  # one-character tokens; 255 = not a token
@@ -386,37 +374,86 @@ def parse_sources(sources: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndar
 # Many chunks, in parallel, merged in order
 
 
-def _chunk_stream(g: Grammar, seed: int, total: int, workers: int, n_trees: int) -> Iterator[Chunk]:
-    """Chunks 0, 1, 2, ... in order. Chunk 0 is drawn here and timed; when the rest would take more than
-    POOL_AFTER_S seconds, they come from `workers` spawned processes (starting those costs about a second)."""
-    start = time.perf_counter()
-    first = generate_chunk(g, seed, 0, n_trees)
-    elapsed = time.perf_counter() - start
-    yield first
-    expected = total / max(len(first.labels), 0.5)
-    next_chunk = 1
-    if workers > 1 and (expected - 1) * elapsed > POOL_AFTER_S:
-        ex = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+class _Merger:
+    """Takes chunks in chunk order and keeps the first `total` distinct sequences; `take` says when it has them."""
+
+    def __init__(self, g: Grammar, total: int, n_trees: int, on_progress: Callable[[int], None] | None) -> None:
+        self.g, self.total, self.n_trees, self.on_progress = g, total, n_trees, on_progress
+        self.tokens = np.zeros((total, g.max_length), dtype=np.uint8)
+        self.labels = np.zeros(total, dtype=np.uint8)
+        self.seen: set[bytes] = set()
+        self.filled = 0
+        self.stalled = 0  # consecutive chunks without a new sequence
+        self.chunks = 0
+
+    def take(self, chunk: Chunk) -> bool:
+        """Merge the next chunk; True once `total` sequences are in."""
+        before = self.filled
+        for i, digest in enumerate(chunk.digests):
+            if self.filled == self.total:
+                break
+            if digest not in self.seen:
+                self.seen.add(digest)
+                self.tokens[self.filled] = chunk.tokens[i]
+                self.labels[self.filled] = chunk.labels[i]
+                self.filled += 1
+        self.chunks += 1
+        if self.on_progress is not None:
+            self.on_progress(self.filled - before)
+        self.stalled = self.stalled + 1 if self.filled == before else 0
+        if self.filled < self.total and self.stalled >= STALL_CHUNKS:
+            raise RuntimeError(
+                f"listops generation found no new sequence in {STALL_CHUNKS * self.n_trees} trees after {self.filled} "
+                f"of {self.total}: with {self.g} accepted trees are too rare or too few distinct ones exist; widen "
+                f"the length bounds or raise max_depth/max_args"
+            )
+        return self.filled == self.total
+
+    def chunks_to_go(self) -> int:
+        """How many more chunks should fill the rest, from the rate so far (with a margin for duplicates)."""
+        rate = max(self.filled / max(self.chunks, 1), 0.5)
+        return math.ceil((self.total - self.filled) / rate * 1.1) + 1
+
+
+class _Enough(Exception):
+    """Raised from a pool's result callback to stop the chunks still queued: the merger is full."""
+
+
+def _pooled(g: Grammar, seed: int, n_trees: int, workers: int, merger: _Merger) -> None:
+    """Draw chunks merger.chunks, merger.chunks + 1, ... in `workers` spawned processes (lra.core.pools.run_jobs,
+    results taken in chunk order) in rounds sized from the acceptance rate, until the merger is full."""
+
+    def take(_: int, chunk: Chunk) -> None:
+        if merger.take(chunk):
+            raise _Enough
+
+    while merger.filled < merger.total:
+        first = merger.chunks
+        jobs = [(g, seed, c, n_trees) for c in range(first, first + min(merger.chunks_to_go(), MAX_ROUND))]
         try:
-            pending: deque = deque()
-            while True:
-                while len(pending) < 2 * workers:
-                    pending.append(ex.submit(generate_chunk, g, seed, next_chunk + len(pending), n_trees))
-                try:
-                    chunk = pending.popleft().result()
-                except BrokenProcessPool:
-                    warnings.warn(
-                        "listops worker processes failed to start (a script that generates data needs the "
-                        "`if __name__ == '__main__':` guard); continuing in this process",
-                        stacklevel=3,
-                    )
-                    break
-                next_chunk += 1
-                yield chunk
-        finally:
-            ex.shutdown(wait=True, cancel_futures=True)
-    for c in itertools.count(next_chunk):
-        yield generate_chunk(g, seed, c, n_trees)
+            run_jobs(generate_chunk, jobs, workers, take, ordered=True)
+        except _Enough:
+            return
+
+
+def _draw(g: Grammar, seed: int, n_trees: int, workers: int, merger: _Merger) -> None:
+    """Fill the merger from chunks 0, 1, 2, ... Chunk 0 is drawn here and timed; when the rest would take more than
+    POOL_AFTER_S seconds, they come from `workers` processes (starting those costs about a second)."""
+    start = time.perf_counter()
+    if merger.take(generate_chunk(g, seed, 0, n_trees)):
+        return
+    elapsed = time.perf_counter() - start
+    if workers > 1 and (merger.chunks_to_go() - 1) * elapsed > POOL_AFTER_S:
+        try:
+            _pooled(g, seed, n_trees, workers, merger)
+        except BrokenProcessPool:
+            warnings.warn(
+                "listops worker processes failed to start (a script that generates data needs the "
+                "`if __name__ == '__main__':` guard); continuing in this process",
+                stacklevel=3,
+            )
+    while merger.filled < merger.total and not merger.take(generate_chunk(g, seed, merger.chunks, n_trees)):
+        pass
 
 
 def generate(
@@ -429,41 +466,11 @@ def generate(
 ) -> tuple[np.ndarray, np.ndarray]:
     """`total` distinct accepted sequences (tokens (total, max_length) uint8, labels uint8), in deterministic order.
 
-    The result depends on (g, seed, total, n_trees) only, not on `workers`. `on_progress(k)` is called with the
-    number of new sequences after each chunk.
+    The result depends on (g, seed, total, n_trees) only, not on `workers`: chunks are merged in chunk order and the
+    first `total` distinct sequences kept. `on_progress(k)` is called with the number of new sequences after each chunk.
     """
     g.check()
-    tokens = np.zeros((total, g.max_length), dtype=np.uint8)
-    labels = np.zeros(total, dtype=np.uint8)
-    seen: set[bytes] = set()
-    filled = 0
-    stalled = 0
-    stream = _chunk_stream(g, seed, total, workers, n_trees)
-    try:
-        for chunk in stream:
-            if filled == total:
-                break
-            before = filled
-            for i, digest in enumerate(chunk.digests):
-                if filled == total:
-                    break
-                if digest in seen:
-                    continue
-                seen.add(digest)
-                tokens[filled] = chunk.tokens[i]
-                labels[filled] = chunk.labels[i]
-                filled += 1
-            if on_progress is not None:
-                on_progress(filled - before)
-            if filled == total:
-                break
-            stalled = stalled + 1 if filled == before else 0
-            if stalled >= STALL_CHUNKS:
-                raise RuntimeError(
-                    f"listops generation found no new sequence in {STALL_CHUNKS * n_trees} trees after {filled} of "
-                    f"{total}: with {g} accepted trees are too rare or too few distinct ones exist; widen the "
-                    f"length bounds or raise max_depth/max_args"
-                )
-    finally:
-        stream.close()
-    return tokens, labels
+    merger = _Merger(g, total, n_trees, on_progress)
+    if total > 0:
+        _draw(g, seed, n_trees, workers, merger)
+    return merger.tokens, merger.labels

@@ -3,7 +3,12 @@
 A real-data task imports its source (an archive, a folder, TFDS) into a `TaskCache` keyed by the settings that decide
 the stored arrays. Caps on the number of examples (`num_train`, `num_test`) and a `max_length` below the stored length
 are applied when loading, by slicing the memory-mapped arrays, so a tiny preset reads the same cache as the full run.
-`load` imports from `source` only when there is no cache yet; `prepare` (`lra data prepare`) always re-imports.
+
+The cache records the source it was built from (`tasks._cache.source_fingerprint`: path, size and modification time).
+A run with `data.source` set checks that source first: one that cannot be read is an error even when a cache exists,
+and one that differs from the cache's is imported again (saying why), so a truncated or wrong archive never trains on
+an old cache; a failed import leaves the old cache intact. A run without `data.source` uses the cache as prepared.
+`prepare` (`lra data prepare`) always imports.
 """
 
 from __future__ import annotations
@@ -11,16 +16,54 @@ from __future__ import annotations
 import os
 import tarfile
 import zlib
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import numpy as np
 
 from lra.core.errors import DataCorruptError, DataMissingError
-from tasks._cache import TaskCache
+from lra.core.progress import console, make_progress
+from tasks._cache import CacheWriter, TaskCache, describe_source, source_fingerprint
 from tasks.registry import SPLITS, Split, Task
 
 # Errors a damaged or truncated archive raises while it is read (gzip/bz2/xz streams, tar headers).
 ARCHIVE_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError, ValueError)
+
+
+def corrupt(where: str, what: str) -> DataCorruptError:
+    """A DataCorruptError whose message starts with the file (and member or row) at fault."""
+    return DataCorruptError(f"{where}: {what}")
+
+
+def read_tar(path: str, select: Callable[[str], object], label: str) -> Iterator[tuple[str, bytes]]:
+    """(member name, bytes) of the regular files of a tar archive (any compression) that `select(name)` picks,
+    streamed in one pass with a progress bar over the archive's bytes.
+
+    A damaged or truncated archive, or a member shorter than its header says, is a DataCorruptError naming the
+    archive and the last member read.
+    """
+    size = os.path.getsize(path)
+    last = "(start of archive)"
+    with open(path, "rb") as raw, make_progress() as progress:
+        bar = progress.add_task(label, total=size)
+        try:
+            with tarfile.open(fileobj=raw, mode="r:*") as tf:
+                for count, member in enumerate(tf):
+                    last = member.name
+                    if not (member.isfile() and select(member.name)):
+                        continue
+                    f = tf.extractfile(member)
+                    data = f.read() if f is not None else b""
+                    if len(data) != member.size:
+                        raise corrupt(f"{path}: member {member.name}", "truncated member")
+                    if count % 256 == 0:
+                        progress.update(bar, completed=raw.tell())
+                    yield member.name, data
+            progress.update(bar, completed=size)
+        except DataCorruptError:
+            raise
+        except ARCHIVE_ERRORS as e:
+            raise corrupt(path, f"truncated or corrupt archive (after member {last}): {e}") from e
 
 
 def check_count(name: str, value: Any, minimum: int = 0, allow_none: bool = True) -> int | None:
@@ -60,16 +103,26 @@ def bytes_to_tokens(docs: list[bytes], length: int, out: np.ndarray | None = Non
 
 
 class CachedTask(Task):
-    """Base of the real-data tasks. Subclasses define the cache key, the import and the missing-data message."""
+    """Base of the real-data tasks. Subclasses define the cache key, the import and what the data is."""
 
     vocab: ClassVar[int] = 257  # bytes or pixels shifted by one, plus padding
     dataset: ClassVar[str] = ""  # what the data is, for messages
     url: ClassVar[str] = ""  # where it comes from
     source_example: ClassVar[str] = ""  # a typical --from argument
 
-    source: str | None
-    num_train: int | None
-    num_test: int | None
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] | None = None,
+        max_length: int = 1024,
+        source: str | None = None,
+        num_train: int | None = None,
+        num_test: int | None = None,
+    ) -> None:
+        super().__init__(data_dir, check_count("max_length", max_length, 1, allow_none=False))
+        self.source = None if source is None else str(source)
+        self.num_train = check_count("num_train", num_train, 1)
+        self.num_test = check_count("num_test", num_test, 1)
+        self._checked = False  # whether this task's cache has been matched against data.source
 
     @property
     def vocab_size(self) -> int:
@@ -85,8 +138,8 @@ class CachedTask(Task):
     def cache(self) -> TaskCache:
         return TaskCache(self.data_dir, self.name, self.cache_settings())
 
-    def import_into(self, source: str, writer, workers: int) -> None:
-        """Read `source` and write every split with `writer` (a tasks._cache.CacheWriter)."""
+    def import_into(self, source: str, writer: CacheWriter, workers: int) -> None:
+        """Read `source` and write every split with `writer`."""
         raise NotImplementedError
 
     def missing_message(self, cache: TaskCache) -> str:
@@ -101,45 +154,92 @@ class CachedTask(Task):
     def load(self, split: str) -> Split:
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; splits: {', '.join(SPLITS)}")
-        cache = self.cache()
-        if not cache.exists():
-            if self.source is None:
-                raise DataMissingError(self.missing_message(cache))
-            self.prepare(self.source, workers=os.cpu_count() or 1)
-        data = cache.load(split)
+        data = self._usable_cache().load(split)
         n = self.caps().get(split)
         tokens = data.tokens[:n]
         if tokens.shape[-1] > self.max_length:
             tokens = tokens[..., : self.max_length]
         return Split(tokens, data.labels[:n])
 
-    def prepare(self, source: str | os.PathLike[str] | None = None, workers: int = 1) -> None:
-        """Import `source` (or data.source) into the cache, replacing what is there only once the import succeeded."""
-        source = source if source is not None else self.source
+    def _usable_cache(self) -> TaskCache:
+        """The cache, imported first from data.source when it has none or one built from a different source."""
         cache = self.cache()
-        if source is None:
-            raise DataMissingError(self.missing_message(cache))
+        if self._checked:
+            return cache
+        if self.source is None:
+            if not cache.exists():
+                raise DataMissingError(self.missing_message(cache))
+        else:
+            source = self._readable(self.source)
+            fingerprint = self.fingerprint(source)
+            why = cache.stale_reason(fingerprint) if cache.exists() else None
+            if why is not None:
+                console.print(
+                    f"{self.name}: data.source {source}: {why}; importing it again", highlight=False, soft_wrap=True
+                )
+            if why is not None or not cache.exists():
+                self._import(source, fingerprint, workers=os.cpu_count() or 1)
+        self._checked = True
+        return cache
+
+    def _readable(self, source: str | os.PathLike[str]) -> str:
+        """`source` with ~ expanded, or a DataMissingError saying where the data comes from."""
         source = str(source)
-        if source != "tfds" and not os.path.exists(os.path.expanduser(source)):
+        if source == "tfds":
+            return source
+        source = os.path.expanduser(source)
+        if not os.path.exists(source):
             raise DataMissingError(
                 f"{self.dataset}: {source} does not exist. It comes from {self.url}\n"
                 f"Download it, then run:\n    lra data prepare {self.name} --from {self.source_example}"
             )
-        if source != "tfds":
-            source = os.path.expanduser(source)
-        with cache.writer() as w:
-            self.import_into(source, w, max(1, int(workers)))
-            w.meta.setdefault("source", source)
+        return source
+
+    def fingerprint(self, source: str) -> dict[str, Any]:
+        """The fingerprint of what an import of `source` reads (a task narrows a folder to the files it uses)."""
+        return source_fingerprint(source)
+
+    def prepare(self, source: str | os.PathLike[str] | None = None, workers: int = 1) -> None:
+        """Import `source` (or data.source) into the cache, replacing what is there only once the import succeeded."""
+        source = source if source is not None else self.source
+        if source is None:
+            raise DataMissingError(self.missing_message(self.cache()))
+        source = self._readable(source)
+        self._import(source, self.fingerprint(source), max(1, int(workers)))
+
+    def _import(self, source: str, fingerprint: dict[str, Any], workers: int) -> None:
+        with self.cache().writer() as w:
+            self.import_into(source, w, workers)
+            w.meta["source"] = fingerprint
+        self._checked = False  # a later load checks data.source against what was just imported
 
     def info(self) -> dict[str, Any]:
-        out = super().info()
-        out.update(self.cache().info())
-        out["data_source"] = self.source
-        out["caps"] = {k: v for k, v in self.caps().items() if v is not None}
-        out["max_length"] = self.max_length
-        return out
-
-
-def corrupt(where: str, what: str) -> DataCorruptError:
-    """A DataCorruptError whose message starts with the file (and member or row) at fault."""
-    return DataCorruptError(f"{where}: {what}")
+        cache = self.cache()
+        meta = cache.meta() if cache.exists() else {}
+        built = meta.get("source")
+        details: dict[str, Any] = {
+            "dataset": self.dataset,
+            "built_from": describe_source(built) if built else None,
+            "stored": meta.get("counts", {}),
+            "caps": {k: v for k, v in self.caps().items() if v is not None},
+            "max_length": self.max_length,
+            **{k: v for k, v in meta.items() if k not in ("settings", "counts", "files", "source")},
+        }
+        ready = bool(meta)
+        if ready and self.source is not None:
+            try:
+                details["stale"] = cache.stale_reason(self.fingerprint(self._readable(self.source)))
+            except DataMissingError as e:
+                details["stale"] = str(e).split("\n")[0]
+            ready = details["stale"] is None
+        caps = self.caps()
+        splits = {s: min(n, caps.get(s) or n) for s, n in details["stored"].items()}
+        return self.info_fields(
+            source=self.source or (built or {}).get("path") or self.url,
+            where=cache.path,
+            splits=splits,
+            size=cache.size(),
+            ready=ready,
+            details=details,
+            prepare_from=self.source or self.source_example,
+        )

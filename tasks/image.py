@@ -16,8 +16,7 @@ Sources (`data.source` or `lra data prepare image --from ...`):
   or the `cifar-10-python.tar.gz` archive itself. These are pickles; they are read with an unpickler that only admits
   numpy arrays and plain containers, so a tampered file cannot run code.
 - an image-folder tree `{train,test}/<class name>/*.{png,jpg,jpeg}`, or a .tar / .tar.gz of it
-  (`cifar10_jpeg.tar.gz`). Images are decoded with Pillow when installed, else with this project's own PNG/baseline-JPEG
-  decoder (`tasks/_imagecodec.py`, bit-exact with libjpeg); decoding runs in `workers` processes.
+  (`cifar10_jpeg.tar.gz`). Images are decoded with Pillow (libjpeg-turbo for JPEG), in `workers` processes.
 - `tfds`: TFDS's `cifar10` (needs tensorflow-datasets: `pip install 'lra[tfds]'`), in TFDS's order.
 """
 
@@ -25,21 +24,22 @@ from __future__ import annotations
 
 import importlib.util
 import io
-import multiprocessing
 import os
 import pickle
 import re
 import tarfile
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lra.core.errors import DataCorruptError, DataMissingError
+from lra.core.errors import DataMissingError
+from lra.core.numbers import ceil_div
+from lra.core.pools import run_jobs
 from lra.core.progress import make_progress
-from tasks._imagecodec import ImageDecodeError, decode_image, pil_available
-from tasks._realdata import ARCHIVE_ERRORS, CachedTask, carve_validation, check_count, corrupt, shuffled
+from tasks._cache import CacheWriter
+from tasks._imagefile import decode_image
+from tasks._realdata import CachedTask, carve_validation, check_count, corrupt, read_tar, shuffled
 from tasks.registry import Split, register_task
 
 CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar.html (cifar-10-python.tar.gz)"
@@ -51,6 +51,7 @@ TEST_BATCH = "test_batch"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 _IMAGE_MEMBER = re.compile(r"(?:^|/)(train|test)/([^/]+)/([^/]+)$")
 _GREY_WEIGHTS = np.array([0.2989, 0.5870, 0.1140], dtype=np.float32)  # tf.image.rgb_to_grayscale's
+POOL_MIN_IMAGES = 2000  # fewer images decode faster here than worker processes start
 
 
 def lra_grayscale(rgb: np.ndarray) -> np.ndarray:
@@ -169,86 +170,50 @@ def list_image_tree(source: Path) -> dict[str, list[Entry]]:
             got = _classify(rel, str(path)) if path.is_file() else None
             if got:
                 out[split].append((got[1], rel, path))
-    for split in out:
-        out[split].sort(key=lambda e: (e[0], _natural_key(e[1])))
-    return out
+    return _by_class(out)
+
+
+def _by_class(entries: dict[str, list[Entry]]) -> dict[str, list[Entry]]:
+    """Entries in canonical order (class, then file name), whatever order the tree or archive listed them in."""
+    return {split: sorted(items, key=lambda e: (e[0], _natural_key(e[1]))) for split, items in entries.items()}
 
 
 def read_image_tar(path: str) -> dict[str, list[Entry]]:
     """Images of a .tar/.tar.gz image tree, streamed in one pass (bytes kept: CIFAR-10 as JPEG is ~55 MB)."""
     out: dict[str, list[Entry]] = {"train": [], "test": []}
-    last = "(start of archive)"
-    with open(path, "rb") as raw, make_progress() as progress:
-        bar = progress.add_task("reading image archive", total=os.path.getsize(path))
-        try:
-            with tarfile.open(fileobj=raw, mode="r:*") as tf:
-                for member in tf:
-                    last = member.name
-                    got = _classify(member.name, f"{path}: member {member.name}") if member.isfile() else None
-                    if got:
-                        f = tf.extractfile(member)
-                        data = f.read() if f is not None else b""
-                        if len(data) != member.size:
-                            raise corrupt(f"{path}: member {member.name}", "truncated member")
-                        out[got[0]].append((got[1], member.name, data))
-                        if (len(out["train"]) + len(out["test"])) % 512 == 0:
-                            progress.update(bar, completed=raw.tell())
-                progress.update(bar, completed=os.path.getsize(path))
-        except DataCorruptError:
-            raise
-        except ARCHIVE_ERRORS as e:
-            raise corrupt(path, f"truncated or corrupt archive (after member {last}): {e}") from e
-    for split in out:
-        out[split].sort(key=lambda e: (e[0], _natural_key(e[1])))
-    return out
+    for name, data in read_tar(path, _IMAGE_MEMBER.search, "reading image archive"):
+        got = _classify(name, f"{path}: member {name}")
+        if got:
+            out[got[0]].append((got[1], name, data))
+    return _by_class(out)
 
 
-def _decode_chunk(items: list[tuple[str, Any]], use_pil: bool) -> tuple[np.ndarray, tuple[str, str] | None]:
-    """Decode images to grey rows (worker side). Returns (rows, None) or (partial rows, (name, error message))."""
+def _decode_chunk(items: list[tuple[str, Any]]) -> np.ndarray:
+    """Decode (name, bytes or path) images to grey rows (worker side); a bad image raises DataCorruptError."""
     rows = np.zeros((len(items), PIXELS), dtype=np.uint8)
     for i, (name, blob) in enumerate(items):
-        try:
-            data = blob if isinstance(blob, bytes) else Path(blob).read_bytes()
-            img = decode_image(data, name, use_pil=use_pil)
-        except (ImageDecodeError, OSError) as e:
-            return rows, (name, str(e))
+        img = decode_image(blob, name)
         if img.shape[:2] != (SIDE, SIDE):
-            return rows, (name, f"image is {img.shape[1]}x{img.shape[0]}, expected {SIDE}x{SIDE}")
+            raise corrupt(name, f"image is {img.shape[1]}x{img.shape[0]}, expected {SIDE}x{SIDE}")
         rows[i] = lra_grayscale(img).reshape(-1)
-    return rows, None
+    return rows
 
 
 def decode_entries(entries: list[Entry], where: str, workers: int, label: str) -> np.ndarray:
     """Grey rows (N, 1024) of image entries, decoded in `workers` processes with a progress bar."""
-    use_pil = pil_available()
     out = np.zeros((len(entries), PIXELS), dtype=np.uint8)
-    chunk = max(1, min(256, -(-len(entries) // (4 * workers))))  # several chunks per worker, at most 256 images
+    workers = min(workers, max(1, len(entries) // max(1, POOL_MIN_IMAGES)))
+    chunk = max(1, min(256, ceil_div(len(entries), 4 * workers)))  # several chunks per worker, at most 256 images
     starts = list(range(0, len(entries), chunk))
-    jobs = [[(e[1], e[2]) for e in entries[s : s + chunk]] for s in starts]
+    jobs = [([(f"{where}: {e[1]}", e[2]) for e in entries[s : s + chunk]],) for s in starts]
     with make_progress() as progress:
         bar = progress.add_task(label, total=len(entries))
 
-        def take(start: int, result: tuple[np.ndarray, tuple[str, str] | None]) -> None:
-            rows, err = result
-            if err is not None:
-                raise corrupt(f"{where}: {err[0]}", f"unreadable image: {err[1]}")
-            out[start : start + len(rows)] = rows
+        def take(i: int, rows: np.ndarray) -> None:
+            out[starts[i] : starts[i] + len(rows)] = rows
             progress.advance(bar, len(rows))
 
-        if workers <= 1 or len(jobs) <= 1:
-            for s, job in zip(starts, jobs):
-                take(s, _decode_chunk(job, use_pil))
-        else:
-            # spawn, not fork: the parent has threads (the progress bar's), which fork does not copy safely
-            with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-                futures = [pool.submit(_decode_chunk, job, use_pil) for job in jobs]
-                try:
-                    for s, fut in zip(starts, futures):
-                        take(s, fut.result())
-                except BaseException:
-                    for fut in futures:
-                        fut.cancel()
-                    raise
+        run_jobs(_decode_chunk, jobs, workers, take)
     return out
 
 
@@ -295,23 +260,21 @@ class ImageTask(CachedTask):
         max_length: int = PIXELS,
         num_val: int = 5000,
         seed: int = 0,
-        source: str | None = None,
-        num_train: int | None = None,
-        num_test: int | None = None,
+        **options: Any,
     ) -> None:
         if max_length != PIXELS:
             raise ValueError(f"data setting max_length must be {PIXELS} for image (32x32 pixels), got {max_length!r}")
-        super().__init__(data_dir, PIXELS)
+        super().__init__(data_dir, PIXELS, **options)
         self.num_val = check_count("num_val", num_val, 1, allow_none=False)
         self.seed = check_count("seed", seed, 0, allow_none=False)
-        self.source = None if source is None else str(source)
-        self.num_train = check_count("num_train", num_train, 1)
-        self.num_test = check_count("num_test", num_test, 1)
 
     def cache_settings(self) -> dict[str, Any]:
         return {"num_val": self.num_val, "seed": self.seed}
 
-    def import_into(self, source: str, writer, workers: int) -> None:
+    def cache_options(self) -> dict[str, Any]:
+        return self.cache_settings()
+
+    def import_into(self, source: str, writer: CacheWriter, workers: int) -> None:
         arrays, entries, kind = self._open(source)
         sizes = {s: len(entries[s]) if entries is not None else len(arrays[s][1]) for s in ("train", "test")}
         for split, n in sizes.items():
@@ -323,15 +286,18 @@ class ImageTask(CachedTask):
             "val": ("train", val_idx),
             "test": ("test", shuffled(sizes["test"], self.seed)),
         }
-        splits = {}
-        for split, (origin, idx) in parts.items():
-            if entries is not None:
-                picked = [entries[origin][i] for i in idx]
-                grey = decode_entries(picked, source, workers, f"decoding {split} images")
-                splits[split] = (grey, np.array([e[0] for e in picked], dtype=np.int64))
-            else:
-                grey, labels = arrays[origin]
-                splits[split] = (grey[idx], labels[idx])
+        if entries is not None:
+            arrays = {
+                s: (
+                    decode_entries(entries[s], source, workers, f"decoding {s} images"),
+                    np.array([e[0] for e in entries[s]]),
+                )
+                for s in ("train", "test")
+            }
+        splits = {
+            split: (arrays[origin][0][idx], arrays[origin][1][idx].astype(np.int64))
+            for split, (origin, idx) in parts.items()
+        }
         self._write(writer, splits, kind)
 
     def _open(self, source: str):
@@ -355,19 +321,14 @@ class ImageTask(CachedTask):
         """The batches of a cifar-10-python.tar.gz, or None when the archive is not that."""
         wanted = {*TRAIN_BATCHES, TEST_BATCH}
         found: dict[str, tuple[str, bytes]] = {}
-        last = "(start of archive)"
-        try:
-            with tarfile.open(path, mode="r:*") as tf:
-                for member in tf:
-                    last = member.name
-                    base = member.name.rsplit("/", 1)[-1]
-                    if member.isfile() and base in wanted:
-                        f = tf.extractfile(member)
-                        found[base] = (f"{path}: member {member.name}", f.read() if f is not None else b"")
-                    elif member.isfile() and _IMAGE_MEMBER.search(member.name):
-                        return None  # an image tree
-        except ARCHIVE_ERRORS as e:
-            raise corrupt(path, f"truncated or corrupt archive (after member {last}): {e}") from e
+
+        def pick(name: str) -> bool:
+            return name.rsplit("/", 1)[-1] in wanted or bool(_IMAGE_MEMBER.search(name))
+
+        for name, data in read_tar(path, pick, "reading CIFAR-10 archive"):
+            if _IMAGE_MEMBER.search(name):
+                return None  # an image tree
+            found[name.rsplit("/", 1)[-1]] = (f"{path}: member {name}", data)
         if not found:
             return None
         missing = sorted(wanted - set(found))
@@ -375,15 +336,11 @@ class ImageTask(CachedTask):
             raise corrupt(path, f"CIFAR-10 archive without {', '.join(missing)}")
         return found
 
-    def _write(self, writer, splits: dict[str, tuple[np.ndarray, np.ndarray]], kind: str) -> None:
-        counts = {}
+    def _write(self, writer: CacheWriter, splits: dict[str, tuple[np.ndarray, np.ndarray]], kind: str) -> None:
         for split, (grey, labels) in splits.items():
             tokens = grey.astype(np.uint16) + 1  # pixel + 1: black is not padding
             writer.split(split, Split(tokens, labels))
-            counts[split] = len(labels)
         writer.meta.update(
-            counts=counts,
             source_kind=kind,
-            decoder="pillow" if pil_available() else "built-in (tasks/_imagecodec.py)",
             format="grey pixel + 1 (tf.image.rgb_to_grayscale), row-major 32x32; classes " + ",".join(CLASSES),
         )

@@ -11,27 +11,28 @@ Data settings (the config's `data:` keys):
 - seed: generator seed.
 - cache: true stores each split once as a uint8 .npy file (memory-mapped at training time); false draws images on the
   fly when a batch asks for them (no disk; for Path-256, 160k images are 10 GiB).
-- source: a folder in LRA's release layout to read instead of generating.
+- source: a folder in LRA's release layout to read instead of generating. Its images are imported once into a cache
+  that records the release folder it came from (tasks/_cache.py); a run whose release differs imports it again.
 - downsample: average-pool the image by this factor before tokenising (1 = off). Only for CPU smoke runs of the long
   tasks: Path-X at downsample 4 is 32x32 tokens of Path-X's snakes. Not a benchmark setting.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
-from lra.core.atomic import atomic_path, write_json
 from lra.core.errors import DataCorruptError
-from lra.core.progress import make_progress
-from tasks._pathfinder import release, store
+from lra.core.progress import console, make_progress
+from tasks._cache import TaskCache, describe_source, source_fingerprint
+from tasks._pathfinder import release
 from tasks._pathfinder.draw import GENERATOR_VERSION, check_settings, labels_for
 from tasks._pathfinder.geometry import SPECS
+from tasks._pathfinder.store import GeneratedStore, auto_workers
+from tasks._pathfinder.views import LazyImages, PixelTokens
 from tasks.registry import SPLITS, Split, Task, register_task
 
 VOCAB_SIZE = 257  # 256 grey levels + padding
@@ -42,7 +43,6 @@ class PathfinderTask(Task):
 
     resolution: ClassVar[int] = 32
     num_classes = 2
-    generated = True
 
     def __init__(
         self,
@@ -77,6 +77,8 @@ class PathfinderTask(Task):
         self.seed = int(seed)
         self.cache = bool(cache)
         self.source = Path(source).expanduser() if source else None
+        self.store = GeneratedStore(self.data_dir, self.name, res, self.difficulty, self.seed)
+        self._release_checked = False
 
     @property
     def vocab_size(self) -> int:
@@ -87,51 +89,35 @@ class PathfinderTask(Task):
         """Image side after downsampling (the model's 2-D grid is side x side)."""
         return self.resolution // self.downsample
 
-    @property
-    def cache_dir(self) -> Path:
-        """Where generated images of these settings live (any split size; prefixes are shared)."""
-        name = f"{self.resolution}px-d{self.difficulty}-seed{self.seed}-v{GENERATOR_VERSION}"
-        return self.data_dir / self.name / name
-
-    @property
-    def release_dir(self) -> Path:
-        """Where images imported from `source` live."""
-        key = hashlib.sha256(str(self.source.resolve()).encode()).hexdigest()[:10] if self.source else "none"
-        return self.data_dir / self.name / f"release-{self.resolution}px-d{self.difficulty}-{key}"
+    def release_cache(self) -> TaskCache:
+        """Where images imported from `source` live (one import per resolution and difficulty)."""
+        settings = {"release": True, "resolution": self.resolution, "difficulty": self.difficulty}
+        return TaskCache(self.data_dir, self.name, settings, name=f"release-{self.resolution}px-d{self.difficulty}")
 
     # ---- loading
     def load(self, split: str) -> Split:
         """Images of `split` as tokens: from the release import, the cache (drawn first when missing) or on the fly."""
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; {self.name} has {', '.join(SPLITS)}")
+        n = self.counts[split]
         if self.source is not None:
             images, labels = self._release_split(split)
         elif not self.cache:
-            n = self.counts[split]
-            images = store.LazyImages(self.resolution, self.difficulty, split, self.seed, 0, n)
+            images = LazyImages(self.resolution, self.difficulty, split, self.seed, 0, n)
             labels = labels_for(self.resolution, self.difficulty, split, self.seed, 0, n)
         else:
-            n = self.counts[split]
-            found = store.open_split(self.cache_dir, split, n)
+            found = self.store.open(split, n)
             if found is None:
-                self._generate({split: n}, store.auto_workers(n, self.resolution))
-                found = store.open_split(self.cache_dir, split, n)
+                self._generate({split: n}, auto_workers(n, self.resolution))
+                found = self.store.open(split, n)
             if found is None:
-                raise DataCorruptError(f"{self.cache_dir}: {split} images were generated but cannot be read back")
+                raise DataCorruptError(f"{self.store.path}: {split} images were generated but cannot be read back")
             images, labels = found
-        return Split(store.PixelTokens(images, self.downsample), labels)
+        return Split(PixelTokens(images, self.downsample), labels)
 
     def _generate(self, counts: dict[str, int], workers: int) -> None:
         what = " + ".join(f"{n} {split}" for split, n in counts.items())
-        store.generate_splits(
-            self.cache_dir,
-            self.resolution,
-            self.difficulty,
-            counts,
-            self.seed,
-            workers=workers,
-            description=f"drawing {self.name} ({what})",
-        )
+        self.store.generate(counts, workers=workers, description=f"drawing {self.name} ({what})")
 
     # ---- preparing
     def prepare(self, source: str | os.PathLike[str] | None = None, workers: int = 1) -> None:
@@ -139,138 +125,145 @@ class PathfinderTask(Task):
         if source is not None:
             self.source = Path(source).expanduser()
         if self.source is not None:
-            self._import_release(workers)
+            src = release.find_release(self.source, self.resolution, self.difficulty)
+            self._import_release(src, source_fingerprint(str(src)), workers)
             return
-        missing = {s: n for s, n in self.counts.items() if n > 0 and store.open_split(self.cache_dir, s, n) is None}
+        missing = {s: n for s, n in self.counts.items() if n > 0 and self.store.covering(s, n) is None}
         if missing:
             self._generate(missing, workers)
 
     def _release_split(self, split: str) -> tuple[np.ndarray, np.ndarray]:
-        folder = self.release_dir
-        if not (folder / "meta.json").is_file():
-            self._import_release(store.auto_workers(1000, self.resolution))
+        cache = self._checked_release()
         try:
-            images = np.load(folder / "images.npy", mmap_mode="r")
-            labels = np.load(folder / "labels.npy")
-            meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
-            raise DataCorruptError(f"{folder}: unreadable import ({err}); delete the folder to import again") from None
-        lo, hi = meta["splits"][split]
+            images, labels = cache.array("images"), cache.array("labels")
+            lo, hi = cache.meta()["splits"][split]
+        except (OSError, ValueError, KeyError) as err:
+            raise DataCorruptError(
+                f"{cache.path}: unreadable import ({err}); delete the folder to import again"
+            ) from None
         hi = min(hi, lo + self.counts[split])
         return images[lo:hi], np.asarray(labels[lo:hi], dtype=np.int64)
 
-    def _import_release(self, workers: int) -> None:
-        """Decode the release's PNGs into one uint8 file (metadata order) with its labels and split bounds."""
-        folder = self.release_dir
-        if (folder / "meta.json").is_file():
-            return
-        src = release.find_release(self.source, self.resolution, self.difficulty)
+    def _checked_release(self) -> TaskCache:
+        """The release import, made (again) when there is none or it came from a different release folder."""
+        cache = self.release_cache()
+        if not self._release_checked:
+            src = release.find_release(self.source, self.resolution, self.difficulty)
+            fingerprint = source_fingerprint(str(src))
+            why = cache.stale_reason(fingerprint) if cache.exists() else "there is no import yet"
+            if why is not None:
+                if cache.exists():
+                    console.print(
+                        f"{self.name}: release {src}: {why}; importing it again", highlight=False, soft_wrap=True
+                    )
+                self._import_release(src, fingerprint, auto_workers(1000, self.resolution))
+            self._release_checked = True
+        return cache
+
+    def _import_release(self, src: Path, fingerprint: dict[str, Any], workers: int) -> None:
+        """Decode the release's PNGs into one uint8 array (metadata order) with its labels and split bounds."""
         items, empty = release.list_images(src)
         n = len(items)
-        folder.mkdir(parents=True, exist_ok=True)
-        labels = np.array([label for _, label, _ in items], np.int64)
-        with atomic_path(folder / "labels.npy", suffix=".npy") as tmp:
-            np.save(tmp, labels)
-        with atomic_path(folder / "images.npy", suffix=".npy") as tmp, make_progress() as progress:
-            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(n, self.resolution, self.resolution))
+        bounds = release.split_bounds(n)
+        res = self.resolution
+        with self.release_cache().writer() as w, make_progress() as progress:
+            w.save("labels", np.array([label for _, label, _ in items], np.int64))
+            out = w.array("images", (n, res, res), np.uint8)
             bar = progress.add_task(f"importing {self.name} release", total=n)
             release.decode_into(
-                out, [(str(p), w) for p, _, w in items], self.resolution, workers, lambda k: progress.advance(bar, k)
+                out, [(str(p), where) for p, _, where in items], res, workers, lambda k: progress.advance(bar, k)
             )
             out.flush()
             del out
-        bounds = release.split_bounds(n)
-        write_json(folder / "meta.json", {"source": str(src), "images": n, "empty_skipped": empty, "splits": bounds})
+            w.meta.update(
+                source=fingerprint,
+                images=n,
+                empty_skipped=empty,
+                splits=bounds,
+                counts={s: b - a for s, (a, b) in bounds.items()},
+            )
+        self._release_checked = False  # a later load checks `source` against what was just imported
 
     # ---- reporting
     def settings(self) -> dict[str, Any]:
+        """The generator's settings at this resolution and difficulty."""
         spec = SPECS[self.resolution]
         return {
             "resolution": self.resolution,
             "difficulty": self.difficulty,
-            "num_train": self.counts["train"],
-            "num_val": self.counts["val"],
-            "num_test": self.counts["test"],
             "seed": self.seed,
-            "cache": self.cache,
-            "source": str(self.source) if self.source else None,
-            "downsample": self.downsample,
             "generator_version": GENERATOR_VERSION,
-            "generator": {
-                "margins": list(spec.margins),
-                "padding": spec.padding,
-                "seed_distance": spec.seed_distance,
-                "marker_radius": spec.marker_radius,
-                "paddle_length": spec.paddle_length,
-                "thickness": spec.thickness,
-                "continuity": spec.continuity,
-                "distractor_length": spec.distractor_length(self.difficulty),
-                "distractors": spec.num_distractors(self.difficulty),
-            },
+            "margins": list(spec.margins),
+            "padding": spec.padding,
+            "seed_distance": spec.seed_distance,
+            "marker_radius": spec.marker_radius,
+            "paddle_length": spec.paddle_length,
+            "thickness": spec.thickness,
+            "continuity": spec.continuity,
+            "distractor_length": spec.distractor_length(self.difficulty),
+            "distractors": spec.num_distractors(self.difficulty),
         }
 
-    def info(self) -> dict[str, Any]:
-        """Settings, where the data is, and per split whether it is cached and how big it is."""
-        out: dict[str, Any] = {**super().info(), "settings": self.settings(), "vocab_size": self.vocab_size}
-        out["seq_len"] = self.seq_len
+    def cache_options(self) -> dict[str, Any]:
         if self.source is not None:
-            out["source"] = str(self.source)
-            out["cache_dir"] = str(self.release_dir)
-            meta_path = self.release_dir / "meta.json"
-            out["cached"] = meta_path.is_file()
-            if out["cached"]:
-                meta = json.loads(meta_path.read_text(encoding="utf-8"))
-                size = sum(p.stat().st_size for p in self.release_dir.glob("*.npy"))
-                out["splits"] = {s: {"examples": b - a} for s, (a, b) in meta["splits"].items()}
-                out["bytes"] = size
-                out["empty_skipped"] = meta["empty_skipped"]
-            return out
-        out["cache_dir"] = str(self.cache_dir)
-        out["cached"] = {}
-        total = 0
-        splits = {}
-        for split in SPLITS:
-            sizes = store.cached_sizes(self.cache_dir, split)
-            usable = [s for s in sizes if s >= self.counts[split]]
-            files = [store.image_path(self.cache_dir, split, s) for s in sizes]
-            size = sum(f.stat().st_size for f in files)
-            total += size
-            splits[split] = {"examples": self.counts[split], "cached_sizes": sizes, "bytes": size}
-            out["cached"][split] = bool(usable) or self.counts[split] == 0
-        out["splits"] = splits
-        out["bytes"] = total
+            return {"difficulty": self.difficulty}
+        return {"difficulty": self.difficulty, "seed": self.seed, **{f"num_{s}": n for s, n in self.counts.items()}}
+
+    def info(self) -> dict[str, Any]:
+        """Where the images are, whether every split is cached, and how big they are."""
+        details: dict[str, Any] = {"seq_len": self.seq_len, "downsample": self.downsample}
+        if self.source is not None:
+            return self._release_info(details)
+        covering = {s: self.store.covering(s, n) for s, n in self.counts.items() if n > 0}
+        details.update(
+            generator=self.settings(),
+            caches={s: c.path.name if c else None for s, c in covering.items()},
+            cached_sizes={s: self.store.sizes(s) for s in SPLITS},
+        )
         if not self.cache:
-            out["note"] = "cache: false, images are drawn on the fly"
-        return out
+            details["note"] = "cache: false, images are drawn on the fly"
+        return self.info_fields(
+            source=f"generated (Pathfinder generator v{GENERATOR_VERSION}, seed {self.seed})",
+            where=self.store.path,
+            splits=self.counts,
+            size=sum(c.size() for c in covering.values() if c is not None),
+            ready=not self.cache or all(c is not None for c in covering.values()),
+            details=details,
+        )
+
+    def _release_info(self, details: dict[str, Any]) -> dict[str, Any]:
+        cache = self.release_cache()
+        meta = cache.meta() if cache.exists() else {}
+        splits = {s: min(n, self.counts[s]) for s, n in meta.get("counts", {}).items()}
+        if meta:
+            details.update(built_from=describe_source(meta["source"]), images=meta["images"])
+            details["empty_skipped"] = meta["empty_skipped"]
+            try:
+                src = release.find_release(self.source, self.resolution, self.difficulty)
+                details["stale"] = cache.stale_reason(source_fingerprint(str(src)))
+            except (DataCorruptError, OSError) as e:  # DataMissingError is an OSError
+                details["stale"] = str(e).split("\n")[0]
+        return self.info_fields(
+            source=str(self.source),
+            where=cache.path,
+            splits=splits,
+            size=cache.size(),
+            ready=bool(meta) and details.get("stale") is None,
+            details=details,
+            prepare_from=str(self.source),
+        )
 
 
-@register_task("pathfinder")
-class Pathfinder(PathfinderTask):
-    """LRA Pathfinder: 32x32 images, 1,024 tokens."""
-
-    resolution = 32
-    description = "32x32 Pathfinder images (1,024 pixel tokens): are the two circles on one dashed snake?"
-
-
-@register_task("path-64")
-class Path64(PathfinderTask):
-    """64x64 Pathfinder (4,096 tokens): the pre-training task of the FlashAttention paper's Path-X recipe."""
-
-    resolution = 64
-    description = "64x64 Pathfinder images (4,096 pixel tokens); pre-training for the Path-X recipe"
+def _resolution_task(name: str, class_name: str, resolution: int, description: str) -> type[PathfinderTask]:
+    """Register the Pathfinder task `name` at one resolution."""
+    cls = type(class_name, (PathfinderTask,), {"resolution": resolution, "description": description})
+    cls.__module__, cls.__qualname__, cls.__doc__ = __name__, class_name, description
+    return register_task(name)(cls)
 
 
-@register_task("path-x")
-class PathX(PathfinderTask):
-    """LRA Path-X: 128x128 images, 16,384 tokens."""
-
-    resolution = 128
-    description = "128x128 Pathfinder images (16,384 pixel tokens)"
-
-
-@register_task("path-256")
-class Path256(PathfinderTask):
-    """Path-256 (FlashAttention paper): 256x256 images, 65,536 tokens."""
-
-    resolution = 256
-    description = "256x256 Pathfinder images (65,536 pixel tokens)"
+Pathfinder = _resolution_task("pathfinder", "Pathfinder", 32, "LRA Pathfinder: 32x32 images (1,024 pixel tokens)")
+Path64 = _resolution_task(
+    "path-64", "Path64", 64, "64x64 Pathfinder images (4,096 pixel tokens): pre-training for the Path-X recipe"
+)
+PathX = _resolution_task("path-x", "PathX", 128, "LRA Path-X: 128x128 Pathfinder images (16,384 pixel tokens)")
+Path256 = _resolution_task("path-256", "Path256", 256, "Path-256: 256x256 Pathfinder images (65,536 pixel tokens)")

@@ -8,7 +8,9 @@ returns a `Split` (tokens shaped (N, L), or (N, 2, L) for two-document tasks; 0 
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -21,6 +23,11 @@ TASKS: Registry[type[Task]] = Registry("task", package="tasks", fixed=("data_dir
 register_task = TASKS.register
 
 SPLITS = ("train", "val", "test")
+# What every task's `info()` holds (`lra data info` shows them as a table): the task name; `source`, where the data
+# comes from (a path, 'tfds', a URL to download, or the generator); `where`, the cache folder; `splits`, examples per
+# split a run with these settings uses; `bytes` on disk; `ready`, whether a run can start without preparing; `prepare`,
+# the exact `lra data prepare ...` line when not ready (else None); `details`, what is particular to the task.
+INFO_FIELDS = ("task", "source", "where", "splits", "bytes", "ready", "prepare", "details")
 
 
 @dataclass
@@ -36,12 +43,6 @@ class Split:
 
     def __len__(self) -> int:
         return len(self.labels)
-
-    def subset(self, n: int | None) -> Split:
-        """The first n examples (all when n is None or larger)."""
-        if n is None or n >= len(self):
-            return self
-        return Split(self.tokens[:n], self.labels[:n])
 
 
 def default_data_dir() -> Path:
@@ -59,7 +60,6 @@ class Task:
     name: ClassVar[str]
     num_classes: ClassVar[int]
     pair: ClassVar[bool] = False  # two documents per example (retrieval): the model uses the dual-tower head
-    generated: ClassVar[bool] = False  # data is synthetic: `load` builds it when missing
     description: ClassVar[str] = ""
 
     def __init__(self, data_dir: str | os.PathLike[str] | None = None, max_length: int = 1024) -> None:
@@ -84,8 +84,54 @@ class Task:
         raise NotImplementedError
 
     def info(self) -> dict[str, Any]:
-        """What is cached for this task, where, and how big."""
-        return {"task": self.name, "data_dir": str(self.data_dir)}
+        """What `lra data info` shows, the same fields for every task (see `INFO_FIELDS`). This default suits a task
+        that keeps nothing on disk; the project's tasks report their caches."""
+        return self.info_fields(
+            source=self.description or self.name, where=self.data_dir, splits={}, size=0, ready=True, details={}
+        )
+
+    def cache_options(self) -> dict[str, Any]:
+        """The data settings (config keys) that decide what is cached, with this task's values."""
+        return {}
+
+    def prepare_command(self, source: str | None = None) -> str:
+        """The exact `lra data prepare` line that builds this task's cache: `--from source`, a `--set` for every
+        cache-deciding setting that differs from its default (the configs' defaults are the constructors'), and
+        `--data-dir` when it is not the default."""
+        defaults = TASKS.options(self.name)
+        parts = ["lra", "data", "prepare", self.name]
+        if source is not None:
+            parts += ["--from", str(source)]
+        for key, value in self.cache_options().items():
+            if value != defaults.get(key):
+                shown = value if isinstance(value, str) else json.dumps(value)  # YAML reads JSON scalars back
+                parts += ["--set", f"data.{key}={shown}"]
+        if self.data_dir != default_data_dir():
+            parts += ["--data-dir", str(self.data_dir)]
+        return shlex.join(parts)
+
+    def info_fields(
+        self,
+        *,
+        source: str,
+        where: Path | str,
+        splits: dict[str, int],
+        size: int,
+        ready: bool,
+        details: dict[str, Any],
+        prepare_from: str | None = None,
+    ) -> dict[str, Any]:
+        """The `info()` dict: `prepare` is the prepare line (with `--from prepare_from`) when not ready, else None."""
+        return {
+            "task": self.name,
+            "source": source,
+            "where": str(where),
+            "splits": {s: int(n) for s, n in splits.items()},
+            "bytes": int(size),
+            "ready": bool(ready),
+            "prepare": None if ready else self.prepare_command(prepare_from),
+            "details": details,
+        }
 
 
 def task_options(name: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import numpy as np
 
 from lra.core.errors import DataMissingError
 from lra.core.progress import make_progress
+from tasks._cache import CacheWriter
 from tasks._realdata import CachedTask, check_count, corrupt
 from tasks.registry import register_task
 
@@ -124,17 +125,12 @@ class RetrievalTask(CachedTask):
         self,
         data_dir: str | os.PathLike[str] | None = None,
         max_length: int = 4000,
-        source: str | None = None,
-        num_train: int | None = None,
         num_val: int | None = None,
-        num_test: int | None = None,
         decode_literals: bool = False,
+        **options: Any,
     ) -> None:
-        super().__init__(data_dir, check_count("max_length", max_length, 1, allow_none=False))
-        self.source = None if source is None else str(source)
-        self.num_train = check_count("num_train", num_train, 1)
+        super().__init__(data_dir, max_length, **options)
         self.num_val = check_count("num_val", num_val, 1)
-        self.num_test = check_count("num_test", num_test, 1)
         if not isinstance(decode_literals, bool):
             raise ValueError(f"data setting decode_literals must be true or false, got {decode_literals!r}")
         self.decode_literals = decode_literals
@@ -145,7 +141,15 @@ class RetrievalTask(CachedTask):
     def cache_settings(self) -> dict[str, Any]:
         return {"store_length": max(self.max_length, STORE_LENGTH), "decode_literals": self.decode_literals}
 
-    def import_into(self, source: str, writer, workers: int) -> None:
+    def cache_options(self) -> dict[str, Any]:
+        longer = {"max_length": self.max_length} if self.max_length > STORE_LENGTH else {}
+        return {**longer, "decode_literals": self.decode_literals}
+
+    def fingerprint(self, source: str) -> dict[str, Any]:
+        folder = find_aan_folder(Path(source)) if source != "tfds" else None
+        return super().fingerprint(str(folder) if folder is not None else source)
+
+    def import_into(self, source: str, writer: CacheWriter, workers: int) -> None:
         if source == "tfds":
             raise DataMissingError("AAN is not in TFDS: pass the folder with LRA's new_aan_pairs.*.tsv files")
         folder = find_aan_folder(Path(source))
@@ -153,7 +157,7 @@ class RetrievalTask(CachedTask):
             names = ", ".join(FILES.values())
             raise DataMissingError(f"{source}: expected a folder with {names}. They come from {self.url}")
         length = self.cache_settings()["store_length"]
-        counts = {}
+        counts = writer.meta["counts"]
         with make_progress() as progress:
             for split, name in FILES.items():
                 # Written straight into the cache file: AAN's train split is ~2.4 GB of tokens at 4000 bytes.
@@ -166,4 +170,4 @@ class RetrievalTask(CachedTask):
         for split, n in counts.items():
             if n == 0:
                 raise corrupt(str(folder / FILES[split]), "no rows")
-        writer.meta.update(counts=counts, folder=str(folder))
+        writer.meta["folder"] = str(folder)

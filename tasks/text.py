@@ -27,17 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from lra.core.errors import DataCorruptError, DataMissingError
+from lra.core.errors import DataMissingError
 from lra.core.progress import make_progress
-from tasks._realdata import (
-    ARCHIVE_ERRORS,
-    CachedTask,
-    bytes_to_tokens,
-    carve_validation,
-    check_count,
-    corrupt,
-    shuffled,
-)
+from tasks._cache import CacheWriter
+from tasks._realdata import CachedTask, bytes_to_tokens, carve_validation, check_count, corrupt, read_tar, shuffled
 from tasks.registry import Split, register_task
 
 IMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
@@ -54,33 +47,14 @@ def _check_rating(where: str, folder: str, rating: int) -> None:
         raise corrupt(where, f"rating {rating} in a {folder!r} folder (IMDB: neg reviews are rated <= 4, pos >= 7)")
 
 
-def read_imdb_tar(path: str, progress_label: str = "reading IMDB") -> dict[str, list[Review]]:
+def read_imdb_tar(path: str) -> dict[str, list[Review]]:
     """All reviews of an aclImdb tarball (any compression tarfile reads), streamed in one pass."""
     out: dict[str, list[Review]] = {"train": [], "test": []}
-    size = os.path.getsize(path)
-    last = "(start of archive)"
-    with open(path, "rb") as raw, make_progress() as progress:
-        bar = progress.add_task(progress_label, total=size)
-        try:
-            with tarfile.open(fileobj=raw, mode="r:*") as tf:
-                for member in tf:
-                    last = member.name
-                    m = _MEMBER.search(member.name)
-                    if m and member.isfile():
-                        split, folder, rid, rating = m.group(1), m.group(2), int(m.group(3)), int(m.group(4))
-                        _check_rating(f"{path}: member {member.name}", folder, rating)
-                        f = tf.extractfile(member)
-                        text = f.read() if f is not None else b""
-                        if len(text) != member.size:
-                            raise corrupt(f"{path}: member {member.name}", "truncated member")
-                        out[split].append((LABELS[folder], rid, text))
-                        if (len(out["train"]) + len(out["test"])) % 512 == 0:
-                            progress.update(bar, completed=raw.tell())
-                progress.update(bar, completed=size)
-        except DataCorruptError:
-            raise
-        except ARCHIVE_ERRORS as e:
-            raise corrupt(path, f"truncated or corrupt archive (after member {last}): {e}") from e
+    for name, text in read_tar(path, _MEMBER.search, "reading IMDB"):
+        m = _MEMBER.search(name)
+        split, folder, rid, rating = m.group(1), m.group(2), int(m.group(3)), int(m.group(4))
+        _check_rating(f"{path}: member {name}", folder, rating)
+        out[split].append((LABELS[folder], rid, text))
     return out
 
 
@@ -159,19 +133,22 @@ class TextTask(CachedTask):
         max_length: int = 4096,
         num_val: int = 2500,
         seed: int = 0,
-        source: str | None = None,
-        num_train: int | None = None,
-        num_test: int | None = None,
+        **options: Any,
     ) -> None:
-        super().__init__(data_dir, check_count("max_length", max_length, 1, allow_none=False))
+        super().__init__(data_dir, max_length, **options)
         self.num_val = check_count("num_val", num_val, 1, allow_none=False)
         self.seed = check_count("seed", seed, 0, allow_none=False)
-        self.source = None if source is None else str(source)
-        self.num_train = check_count("num_train", num_train, 1)
-        self.num_test = check_count("num_test", num_test, 1)
 
     def cache_settings(self) -> dict[str, Any]:
         return {"store_length": max(self.max_length, STORE_LENGTH), "num_val": self.num_val, "seed": self.seed}
+
+    def cache_options(self) -> dict[str, Any]:
+        longer = {"max_length": self.max_length} if self.max_length > STORE_LENGTH else {}
+        return {**longer, "num_val": self.num_val, "seed": self.seed}
+
+    def fingerprint(self, source: str) -> dict[str, Any]:
+        root = find_imdb_root(Path(source)) if os.path.isdir(source) else None
+        return super().fingerprint(str(root) if root is not None else source)
 
     def read_source(self, source: str) -> dict[str, list[Review]]:
         if source == "tfds":
@@ -183,7 +160,7 @@ class TextTask(CachedTask):
             raise corrupt(source, "not a tar archive (expected aclImdb_v1.tar.gz or the extracted aclImdb folder)")
         return read_imdb_tar(source)
 
-    def import_into(self, source: str, writer, workers: int) -> None:
+    def import_into(self, source: str, writer: CacheWriter, workers: int) -> None:
         reviews = self.read_source(source)
         for split in ("train", "test"):
             labels = {r[0] for r in reviews[split]}
@@ -194,11 +171,9 @@ class TextTask(CachedTask):
         train_idx, val_idx = carve_validation(len(reviews["train"]), self.num_val, self.seed)
         test_idx = shuffled(len(reviews["test"]), self.seed)
         parts = {"train": ("train", train_idx), "val": ("train", val_idx), "test": ("test", test_idx)}
-        counts = {}
         for split, (origin, idx) in parts.items():
             rows = [reviews[origin][i] for i in idx]
             tokens = bytes_to_tokens([r[2] for r in rows], length)
             writer.split(split, Split(tokens, np.array([r[0] for r in rows], dtype=np.int64)))
             writer.save(f"{split}_ids", np.array([r[1] for r in rows], dtype=np.int64))  # <id> of <id>_<rating>.txt
-            counts[split] = len(rows)
-        writer.meta.update(counts=counts, format="byte ids (byte + 1), 0 = padding; labels 0 = neg, 1 = pos")
+        writer.meta["format"] = "byte ids (byte + 1), 0 = padding; labels 0 = neg, 1 = pos"

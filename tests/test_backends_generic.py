@@ -1,8 +1,10 @@
 """Every registered backend, picked up by name: the interface's promises, checked on the CPU.
 
-Exact backends must equal the fp64 reference (output and gradients, with padding); approximate ones must keep the
-shapes, stay finite with padding (a fully padded row included), pass gradients to q, k, v and their own parameters,
-and learn (one optimiser step lowers a loss).
+Exact backends must equal the fp64 reference (output and gradients, with padding), and backends exact on their own
+mask must equal it under that mask; approximate ones must keep the shapes, stay finite with padding (a fully padded
+row included), pass gradients to q, k, v and their own parameters, and learn (one optimiser step lowers a loss).
+Every backend keeps NaN and inf in padded positions out of its output and of the gradients of the real positions, and
+declares its attention dropout truthfully (a backend without it refuses p > 0 up front).
 """
 
 from __future__ import annotations
@@ -11,30 +13,38 @@ import pytest
 import torch
 
 from attention_impls import BACKENDS, build_attention, why_cannot_run
-from tests.reference import reference_attention, rel_err, right_padded_mask
+from attention_impls.registry import dropout_refusal
+from lra.core.errors import ConfigError
+from tests.reference import TEST_SEED, generator, reference_attention, rel_err, right_padded_mask
 
 B, H, N, D = 2, 2, 33, 16
 
 
-def cpu_backends(exact: bool) -> list[str]:
-    names = []
-    for name, cls in BACKENDS.items():
-        if cls.capabilities.exact != exact:
-            continue
-        names.append(name)
-    return names
+@pytest.fixture(autouse=True)
+def _seeded():
+    torch.manual_seed(TEST_SEED)  # output gradients, random features and hashes draw from the global RNG
 
 
-def build(name: str, n: int = N, d: int = D):
+def cpu_backends(exact: bool | None = None, exact_on_mask: bool | None = None) -> list[str]:
+    """Registered backends, optionally only the (in)exact ones or those (not) exact on their own token mask."""
+    return [
+        name
+        for name, cls in BACKENDS.items()
+        if (exact is None or cls.capabilities.exact == exact)
+        and (exact_on_mask is None or cls.capabilities.exact_on_mask == exact_on_mask)
+    ]
+
+
+def build(name: str, n: int = N, d: int = D, heads: int = H):
     reason = why_cannot_run(name, "cpu", None, d)
     if reason is not None:
         pytest.skip(reason)
-    return build_attention(name, heads=H, head_dim=d, seq_len=n)
+    return build_attention(name, heads=heads, head_dim=d, seq_len=n)
 
 
-def inputs(dtype: torch.dtype, n: int = N, d: int = D, requires_grad: bool = True):
-    g = torch.Generator().manual_seed(torch.seed() % 2**31)  # fresh inputs every run
-    return [torch.randn(B, H, n, d, generator=g, dtype=dtype).requires_grad_(requires_grad) for _ in range(3)]
+def inputs(dtype: torch.dtype, n: int = N, d: int = D, requires_grad=True, batch: int = B, heads: int = H, offset=0):
+    g = generator(offset)
+    return [torch.randn(batch, heads, n, d, generator=g, dtype=dtype).requires_grad_(requires_grad) for _ in range(3)]
 
 
 @pytest.mark.parametrize("name", cpu_backends(exact=True))
@@ -89,7 +99,7 @@ def test_approximate_backend_contract(name):
     for pname, p in attn.named_parameters():
         if p.requires_grad:
             assert p.grad is not None and torch.isfinite(p.grad).all(), f"no gradient to parameter {pname}"
-    empty = attn(*inputs(torch.float32, requires_grad=False), right_padded_mask([N, 0], N))
+    empty = attn(*inputs(torch.float32, requires_grad=False, offset=1), right_padded_mask([N, 0], N))
     assert torch.isfinite(empty).all() and empty[1].abs().max() == 0
 
 
@@ -121,7 +131,92 @@ def test_backend_learns_one_step(name):
     assert after.item() < before.item()
 
 
+@pytest.mark.parametrize("name", cpu_backends(exact_on_mask=True))
+def test_backend_exact_on_its_mask_matches_fp64_reference_under_that_mask(name):
+    """What the numerics study relies on: output and gradients equal softmax attention over `token_mask` x padding,
+    at a length past the default windows and blocks (256 and 128 tokens), where most masks leave pairs out."""
+    n = 260
+    attn = build(name, n=n, heads=1)
+    q, k, v = inputs(torch.float32, n=n, batch=1, heads=1)  # one padded row: the kernels are slow when interpreted
+    mask = right_padded_mask([140], n)
+    token = attn.token_mask(n, n)
+    assert token is not None and token.dtype == torch.bool and token.shape[1:] == (n, n)
+    out = attn(q, k, v, mask)
+    ref = reference_attention(q, k, v, mask, token_mask=token)
+    assert rel_err(out, ref) < 2e-5
+    g = torch.randn_like(out)
+    qr, kr, vr = (t.detach().double().requires_grad_() for t in (q, k, v))
+    want = torch.autograd.grad(reference_attention(qr, kr, vr, mask, token_mask=token), (qr, kr, vr), g.double())
+    for got, ref_grad, which in zip(torch.autograd.grad(out, (q, k, v), g), want, "qkv"):
+        assert rel_err(got, ref_grad) < 2e-4, f"d{which}"
+
+
+@pytest.mark.parametrize("name", cpu_backends())
+def test_nan_or_inf_in_padding_stays_out_of_outputs_and_gradients(name):
+    """Padded rows of q (NaN), k (inf) and v (-inf) change nothing: the output (zero on padded rows) and the
+    gradients at real positions equal those with finite padding. Padding is selected away, never multiplied by 0."""
+    attn = build(name).eval()
+    lengths = [N, 9, 0]
+    mask = right_padded_mask(lengths, N)
+    real = mask[:, None, :, None].expand(len(lengths), H, N, D)
+    clean = inputs(torch.float32, batch=len(lengths))
+    fills = (float("nan"), float("inf"), float("-inf"))
+    dirty = [torch.where(real, t.detach(), fill).requires_grad_() for t, fill in zip(clean, fills)]
+    g = torch.randn(clean[0].shape, generator=generator(1))
+    runs = []
+    for qkv in (clean, dirty):
+        out = attn(*qkv, mask)
+        runs.append((out, torch.autograd.grad(out, qkv, g, allow_unused=True)))
+    (out_clean, grads_clean), (out_dirty, grads_dirty) = runs
+    assert torch.isfinite(out_dirty).all(), "padding's NaN/inf reached the output"
+    assert out_dirty[1, :, 9:].abs().max() == 0 and out_dirty[2].abs().max() == 0, "padded rows must be zero"
+    assert rel_err(out_dirty, out_clean) < 1e-6
+    for got, want, which in zip(grads_dirty, grads_clean, "qkv"):
+        if want is None:  # an input the backend does not use (synthesizer's keys)
+            assert got is None
+            continue
+        got, want = got[real], want[real]
+        assert torch.isfinite(got).all(), f"padding's NaN/inf reached d{which} at real positions"
+        assert rel_err(got, want) < 1e-6, f"d{which}"
+
+
+@pytest.mark.parametrize("name", cpu_backends())
+def test_attention_dropout_is_applied_or_refused_up_front(name):
+    """`capabilities.dropout` is the truth: a backend with it builds with p > 0 (and dropout changes its training
+    output); one without it is refused by why_cannot_run and build_attention, with the fix in the message."""
+    caps = BACKENDS.get(name).capabilities
+    reason = why_cannot_run(name, "cpu", None, D, dropout=0.1)
+    assert why_cannot_run(name, "cpu", None, D, dropout=0.0) == why_cannot_run(name, "cpu", None, D)
+    if not caps.dropout:
+        refusal = dropout_refusal(name, 0.1)
+        assert refusal is not None and "model.attention_dropout=0" in refusal and "no attention dropout" in refusal
+        assert reason is not None and dropout_refusal(name, 0.0) is None
+        with pytest.raises(ConfigError, match="no attention dropout"):
+            build_attention(name, heads=H, head_dim=D, seq_len=N, dropout=0.1)
+        return
+    assert dropout_refusal(name, 0.1) is None
+    if reason is not None:
+        pytest.skip(reason)
+    q, k, v = inputs(torch.float32, requires_grad=False)
+    mask = right_padded_mask([N, 20], N)
+    outs = []
+    for p in (0.0, 0.5):
+        torch.manual_seed(0)  # the same parameters, features and hash seeds for both
+        attn = build_attention(name, heads=H, head_dim=D, seq_len=N, dropout=p).train()
+        torch.manual_seed(1)  # the same training-time hashes or features
+        outs.append(attn(q, k, v, mask))
+    assert not torch.equal(outs[0], outs[1]), "attention dropout had no effect in training"
+
+
+def test_bad_dropout_is_a_clear_error():
+    with pytest.raises(ConfigError, match=r"attention dropout must be in \[0, 1\), got 1.5"):
+        build_attention("naive", heads=H, head_dim=D, seq_len=N, dropout=1.5)
+
+
 def test_registry_lists_capabilities():
     for name, cls in BACKENDS.items():
-        assert cls.capabilities.summary()
+        caps = cls.capabilities
+        summary = caps.summary()
+        assert summary and ("no attention dropout" in summary) == (not caps.dropout), name
+        assert ("exact on its mask" in summary) == caps.exact_on_mask, name
         assert cls.__doc__, f"{name} needs a docstring saying what it computes"

@@ -1,13 +1,28 @@
-"""The command line: clear errors for bad names, `lra list`, a run through `main`, data export, leaderboard."""
+"""The command line: one red line and exit 2 for user errors (bad names, bad --device), tracebacks for bugs, `lra
+list` with capabilities and notes, `lra data info` as a table, `lra run` storing its record where asked."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 import torch
 
+from attention_impls import BACKENDS
+from lra.cli import listing
+from lra.cli.args import int_list
+from lra.cli.data import info_table
 from lra.cli.main import main
+from lra.core.errors import ConfigError
+from lra.core.progress import out
 from lra.results.store import load_records
 from tests.toy_task import toy_config_path
+
+
+def _row(text: str, first_cell: str) -> str:
+    """The line of a rich table whose first cell is `first_cell`."""
+    return next(line for line in text.splitlines() if line.startswith(f"│ {first_cell} "))
 
 
 def test_unknown_backend_task_and_preset_list_valid_names(tmp_path, capsys):
@@ -30,22 +45,156 @@ def test_gpu_only_backend_on_cpu_says_why(tmp_path, capsys):
     assert "runs only on cuda" in capsys.readouterr().err
 
 
-def test_list_shows_tasks_and_backends(capsys):
+DEVICE_COMMANDS = {
+    "run": ["run", "listops", "--preset", "tiny", "--attn", "naive"],
+    "bench attention": ["bench", "attention", "--attn", "naive", "--seq", "64"],
+    "bench train": ["bench", "train", "listops", "--preset", "tiny", "--attn", "naive"],
+    "numerics forward": ["numerics", "forward", "--attn", "naive", "--seq", "64"],
+    "numerics weights": ["numerics", "weights", "listops"],
+}
+
+
+@pytest.mark.parametrize("command", DEVICE_COMMANDS)
+@pytest.mark.parametrize("device", ["tpu", "cuda", "cuda:3"])
+def test_bad_device_is_refused_before_anything_starts(command, device, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LRA_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("LRA_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("LRA_RUNS", str(tmp_path / "runs"))
+    if device == "cuda":  # a machine without CUDA
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+        expected = (
+            f"error: --device cuda: CUDA is not available on this machine (torch {torch.__version__}, {build}); "
+            "use --device cpu"
+        )
+    elif device == "cuda:3":  # a machine with two GPUs
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+        expected = "error: --device cuda:3: there is no such GPU; this machine has 2 (cuda:0 to cuda:1)"
+    else:
+        expected = "error: --device 'tpu' is not a device; use cpu, cuda or cuda:N"
+    assert main([*DEVICE_COMMANDS[command], "--device", device]) == 2
+    assert capsys.readouterr().err == expected + "\n"
+    assert not any(tmp_path.iterdir())  # no data, run directory or record
+
+
+def test_device_kinds_other_than_cpu_and_cuda_are_refused(capsys):
+    assert main(["bench", "attention", "--attn", "naive", "--device", "mps"]) == 2
+    assert capsys.readouterr().err == "error: --device 'mps' is not supported; use cpu, cuda or cuda:N\n"
+
+
+def test_length_lists():
+    assert int_list("512, 1k,4K") == [512, 1024, 4096]
+    with pytest.raises(ConfigError, match=r"^'1x' is not a length; use integers such as 512,1024 or 1k,4k$"):
+        int_list("512,1x")
+
+
+def test_user_error_is_one_line_and_a_bug_keeps_its_traceback(monkeypatch, capsys):
+    def user_error():
+        raise ConfigError("setting x: bad [value]; use 1 or 2")
+
+    def bug():
+        raise ValueError("a bug")
+
+    monkeypatch.setattr(listing, "tasks_table", user_error)
+    assert main(["list"]) == 2
+    assert capsys.readouterr().err == "error: setting x: bad [value]; use 1 or 2\n"
+    monkeypatch.setattr(listing, "tasks_table", bug)
+    with pytest.raises(ValueError, match="a bug"):
+        main(["list"])
+    monkeypatch.setattr(listing, "tasks_table", user_error)
+    monkeypatch.setenv("LRA_DEBUG", "1")
+    with pytest.raises(ConfigError):
+        main(["list"])
+
+
+def test_ctrl_c_exits_130_with_its_message(monkeypatch, capsys):
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(listing, "tasks_table", interrupted)
+    assert main(["list"]) == 130
+    assert capsys.readouterr().err.startswith("interrupted; checkpoints written so far are intact")
+
+
+def test_list_shows_every_backend_with_capabilities_and_notes(monkeypatch, capsys):
+    monkeypatch.setattr(out, "width", 1000)
     assert main(["list"]) == 0
-    out = capsys.readouterr().out
-    for name in ("listops", "naive", "sdpa_math", "sdpa_flash"):
-        assert name in out
+    text = capsys.readouterr().out
+    assert "tiny" in _row(text, "listops")
+    for name, cls in BACKENDS.items():
+        row = _row(text, name)
+        assert cls.capabilities.summary() in row and (cls.capabilities.notes or "-") in row
+    assert "│ yes" in _row(text, "naive")
+    if not torch.cuda.is_available():
+        assert "no: 'sdpa_flash' runs only on cuda" in _row(text, "sdpa_flash")
 
 
-def test_run_then_leaderboard(tmp_path, monkeypatch):
-    store = tmp_path / "store"
-    code = main(
-        ["run", toy_config_path(tmp_path), "--attn", "sdpa_math", "--device", "cpu", "--set", "train.steps=20",
-         "--set", "train.eval_every=10", "--out", str(tmp_path / "run"), "--results", str(store)]
-    )  # fmt: skip
-    assert code == 0
+def test_info_table_renders_each_field(monkeypatch, capsys):
+    infos = [
+        {"task": "text", "source": "IMDB (aclImdb_v1.tar.gz)", "where": "/data/text/abc", "splits": {},
+         "bytes": 0, "ready": False, "prepare": "lra data prepare text --from PATH", "details": {}},
+        {"task": "listops", "source": "generated", "where": "/data/listops/def",
+         "splits": {"train": 96000, "val": 2000, "test": 2000}, "bytes": 1_500_000, "ready": True, "prepare": None,
+         "details": {}},
+    ]  # fmt: skip
+    monkeypatch.setattr(out, "width", 300)
+    out.print(info_table(infos))
+    text = capsys.readouterr().out
+    cells = {name: [c.strip() for c in _row(text, name).split("│")[1:-1]] for name in ("text", "listops")}
+    assert cells["text"] == [
+        "text", "IMDB (aclImdb_v1.tar.gz)", "/data/text/abc", "-", "-", "no", "lra data prepare text --from PATH"
+    ]  # fmt: skip
+    assert cells["listops"] == [
+        "listops", "generated", "/data/listops/def", "train 96,000, val 2,000, test 2,000", "1.5 MB", "yes", "-"
+    ]  # fmt: skip
+
+
+def test_data_info_before_and_after_prepare(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(out, "width", 400)
+    fixture = Path(__file__).parent / "fixtures" / "retrieval"
+    args = ["--data-dir", str(tmp_path)]
+    assert main(["data", "info", "retrieval", *args, "--json"]) == 0
+    (before,) = json.loads(capsys.readouterr().out)
+    assert before["task"] == "retrieval" and before["ready"] is False
+    assert before["prepare"].startswith("lra data prepare retrieval")
+    assert main(["data", "info", "retrieval", *args]) == 0
+    row = _row(capsys.readouterr().out, "retrieval")
+    assert "│ no " in row and before["prepare"] in row
+    assert main(["data", "prepare", "retrieval", "--from", str(fixture), *args]) == 0
+    assert main(["data", "info", "retrieval", *args, "--json"]) == 0
+    (after,) = json.loads(capsys.readouterr().out)
+    assert after["ready"] is True and after["prepare"] is None
+    assert after["splits"] == {"train": 384, "val": 64, "test": 64}
+    assert main(["data", "info", "retrieval", *args]) == 0
+    row = _row(capsys.readouterr().out, "retrieval")
+    assert "│ yes " in row and "train 384, val 64, test 64" in row
+
+
+def test_run_records_go_to_the_users_store_or_where_asked(tmp_path, monkeypatch, capsys):
+    store = tmp_path / "user-store"
+    monkeypatch.setenv("LRA_RESULTS", str(store))
+    cfg = toy_config_path(tmp_path)
+    run = ["run", cfg, "--attn", "sdpa_math", "--device", "cpu", "--set", "train.steps=8", "--set",
+           "train.eval_every=4", "--runs-root", str(tmp_path / "runs")]  # fmt: skip
+    assert main(run) == 0
     (rec,) = load_records(store)
-    assert rec["backend"] == "sdpa_math" and rec["steps"] == 20
+    assert rec["backend"] == "sdpa_math" and rec["steps"] == 8
+    assert Path(rec["run_dir"]).parent.parent == tmp_path / "runs"
+    assert f"record: {store / rec['_file']}" in capsys.readouterr().err
+    other = tmp_path / "other-store"
+    assert main([*run, "--results", str(other)]) == 0
+    assert len(load_records(other)) == 1 and len(load_records(store)) == 1
+    assert main([*run, "--no-record"]) == 0
+    assert main([*run, "--stop-after", "2"]) == 0  # an interrupted run has no result yet
+    assert len(load_records(store)) == 1 and len(load_records(other)) == 1
+
+
+def test_leaderboard_reads_the_store_it_is_given(tmp_path):
+    store = tmp_path / "store"
+    run = ["run", toy_config_path(tmp_path), "--attn", "sdpa_math", "--device", "cpu", "--set", "train.steps=20",
+           "--set", "train.eval_every=10", "--out", str(tmp_path / "run"), "--results", str(store)]  # fmt: skip
+    assert main(run) == 0
     assert main(["leaderboard", "--results", str(store), "--out", str(tmp_path), "--no-plots"]) == 0
     assert "`sdpa_math`" in (tmp_path / "LEADERBOARD.md").read_text()
     assert main(["leaderboard", "--results", str(store), "--out", str(tmp_path), "--format", "html"]) == 0
@@ -66,3 +215,10 @@ def test_listops_export_reads_back(tmp_path):
     cfg["data"]["source"] = str(tmp_path / "tsv")
     read = build_task("listops", data_dir=data, **cfg["data"]).load("val")
     assert (generated.tokens == read.tokens).all() and (generated.labels == read.labels).all()
+
+
+def test_export_of_a_real_data_task_is_a_user_error(tmp_path, capsys):
+    assert main(["data", "export", "text", str(tmp_path / "out"), "--data-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: lra data export: task 'text' has no export (only generated tasks have one)\n"
+    assert not (tmp_path / "out").exists()

@@ -1,96 +1,240 @@
-"""Leaderboard rendering from stored records: tables, published rows, speed-ups, determinism."""
+"""Leaderboard tables from hand-made records: seed aggregation (mean, std, n; n < 3 marked), published rows matched to
+their preset, speed-ups, stores and where the output goes, determinism."""
 
 from __future__ import annotations
 
+import json
 import math
+import statistics
 
-from lra.results.leaderboard import write_leaderboard
-from lra.results.store import save_record
+import pytest
+
+from lra.core.errors import ConfigError, DataCorruptError
+from lra.results.leaderboard import build_tables, write_leaderboard
+from lra.results.store import curated_dir, display_path, load_records, save_record
+from lra.results.table import FEW_MARK, as_cell
+from lra.train.config import load_config
 
 
-def _run(task, backend, acc, preset="full", date="2026-11-30T10:00:00Z"):
+def run_record(task, backend, acc, seed=0, preset="default", overrides=(), history=None, **metrics):
+    """A `run` record as `lra run` stores it, with the config `configs/` resolves for (task, preset, seed); `history`
+    is the evaluation history ({step, val_acc, time} per evaluation), `metrics` override the default figures."""
+    config = load_config(task, None if preset == "default" else preset, [f"train.seed={seed}", *overrides])
+    base = {"test_acc": acc, "val_acc": acc + 0.01, "majority_acc": 0.2, "train_time_s": 10.0, "time_to_acc_s": {}}
     return {
         "kind": "run",
         "task": task,
         "backend": backend,
         "preset": preset,
-        "date": date,
+        "date": "2026-11-30T10:00:00Z",
         "device": "cpu",
-        "metrics": {"test_acc": acc, "majority_acc": 0.2, "train_time_s": 10.0, "time_to_acc_s": {"0.5": 4.0}},
-        "config": {"train": {"acc_thresholds": [0.5, 0.6]}},
+        "steps": config["train"]["steps"],
+        "metrics": {**base, **metrics},
+        "config": config,
+        **({"history": history} if history is not None else {}),
     }
 
 
-def _bench(task, backend, sps, status="ok"):
-    return {
+def bench_record(task, backend, sps, status="ok", seq=1024, preset="default", **extra):
+    rec = {
         "kind": "bench_train",
         "task": task,
         "backend": backend,
-        "seq_len": 1024,
+        "preset": preset,
+        "seq_len": seq,
         "device": "NVIDIA H200",
         "date": "2026-11-30T10:00:00Z",
         "status": status,
-        "metrics": {"steps_per_s": sps, "peak_mem_mb": 100.0} if status == "ok" else {},
+        "metrics": {"steps_per_s": sps, "peak_mem_mb": 100.0, "tokens_per_s": 1000.0 * sps} if status == "ok" else {},
     }
+    return {**rec, **extra}
 
 
-def test_leaderboard_tables_and_determinism(tmp_path):
-    store = tmp_path / "results"
-    save_record(_run("listops", "naive", 0.30, date="2026-11-29T10:00:00Z"), store)
-    save_record(_run("listops", "naive", 0.365), store)  # newer record wins
-    save_record(_run("listops", "flash", 0.372), store)
-    save_record(_run("listops", "naive", 0.25, preset="tiny"), store)
+def stored(tmp_path, records, name="results"):
+    store = tmp_path / name
+    for rec in records:
+        save_record(rec, store)
+    return store
+
+
+def tables_of(store):
+    return {t.title: t for t in build_tables(load_records(store))}
+
+
+def cell(table, row_name, column):
+    """The text of the cell in the row whose first cell is `row_name`, under header `column`."""
+    col = table.header.index(column)
+    (row,) = [r for r in table.cells() if r[0].text == row_name]
+    return row[col].text
+
+
+def test_accuracy_cells_are_mean_std_and_n_over_seeds(tmp_path):
+    flash = [0.30, 0.36, 0.33]
+    naive = [0.35, 0.37]
+    records = [run_record("listops", "flash", a, seed=s) for s, a in enumerate(flash)]
+    records += [run_record("listops", "naive", a, seed=s) for s, a in enumerate(naive)]
+    store = stored(tmp_path, records)
+    table = tables_of(store)["Accuracy, preset default: the LRA configs"]
+    # flash: mean 33.0, sample std sqrt(((-3)^2 + 3^2 + 0^2) / 2) = 3.0, three seeds: not marked
+    assert cell(table, "flash", "listops") == "33.0 ± 3.0 (n=3)"
+    # naive: mean 36.0, sample std sqrt((1 + 1) / 1) = 1.414..., two seeds: marked
+    assert cell(table, "naive", "listops") == f"36.0 ± 1.4 (n=2) {FEW_MARK}"
+    assert cell(table, "naive", "source") == f"measured ({display_path(store)})"  # a store is named by its folder
+    flash_cell = next(r for r in table.cells() if r[0].text == "flash")[1]
+    assert [ref.label for ref in flash_cell.refs] == ["s0", "s1", "s2"] and not flash_cell.few
+    assert all(ref.path.is_file() for ref in flash_cell.refs)
+
+
+def test_a_single_seed_shows_no_spread_and_is_marked(tmp_path):
+    table = tables_of(stored(tmp_path, [run_record("listops", "flash", 0.372)]))
+    assert cell(table["Accuracy, preset default: the LRA configs"], "flash", "listops") == f"37.2 (n=1) {FEW_MARK}"
+
+
+def test_other_configs_are_not_mixed_into_the_cell(tmp_path):
+    records = [run_record("listops", "flash", a, seed=s) for s, a in enumerate([0.30, 0.36, 0.33])]
+    records += [run_record("listops", "flash", 0.9, seed=s, overrides=["train.steps=200"]) for s in range(2)]
+    tables = tables_of(stored(tmp_path, records))
+    main = tables["Accuracy, preset default: the LRA configs"]
+    assert cell(main, "flash", "listops") == "33.0 ± 3.0 (n=3)"
+    other = tables["Runs with other settings"]
+    (row,) = other.cells()
+    assert row[other.header.index("differs from configs/")].text == "train.steps=200"
+    assert row[other.header.index("test acc")].text == f"90.0 ± 0.0 (n=2) {FEW_MARK}"
+
+
+def test_published_rows_sit_beside_the_preset_they_were_trained_with(tmp_path):
+    try:
+        load_config("listops", "fa-paper")
+    except ConfigError as e:
+        pytest.skip(f"no fa-paper preset in configs/ yet: {e}")
+    records = [run_record("listops", "flash", 0.376, seed=s, preset="fa-paper") for s in range(3)]
+    tables = tables_of(stored(tmp_path, records))
+    lra = tables["Accuracy, preset default: the LRA configs"]
+    fa = tables["Accuracy, preset fa-paper: the FlashAttention paper's recipe"]
+    assert cell(fa, "flash", "listops") == "37.6 ± 0.0 (n=3)"
+    assert cell(fa, "FlashAttention", "listops") == "37.6" and cell(fa, "FlashAttention", "source") == (
+        "FlashAttention paper"
+    )
+    assert cell(lra, "Transformer", "listops") == "36.4" and cell(lra, "Transformer", "source") == "LRA paper"
+    assert {r[-1].text for r in lra.cells()} == {"LRA paper"}  # no measured row: the runs used the other recipe
+    assert all(getattr(r, "published", False) for r in lra.rows)
+    assert "FlashAttention" not in {r[0].text for r in lra.cells()}
+
+
+def test_lra_average_needs_all_five_tasks(tmp_path):
+    accs = dict(listops=0.4, text=0.6, retrieval=0.7, image=0.4, pathfinder=0.7)
+    records = [run_record(t, "naive", a, seed=s) for t, a in accs.items() for s in range(3)]
+    table = tables_of(stored(tmp_path, records))["Accuracy, preset default: the LRA configs"]
+    assert cell(table, "naive", "LRA avg") == "56.0"
+    assert table.header[1:6] == ["listops", "text", "retrieval", "image", "pathfinder"]
+
+
+def test_time_to_accuracy_aggregates_the_seeds_that_reached(tmp_path):
+    times = [{"0.5": 4.0}, {"0.5": 6.0}, {}]
+    records = [run_record("listops", "flash", 0.5, seed=s, time_to_acc_s=t) for s, t in enumerate(times)]
+    table = tables_of(stored(tmp_path, records))["Time to accuracy"]
+    (row,) = table.cells()
+    assert row[table.header.index("s to 50% val")].text == f"5 ± 1 (n=2) {FEW_MARK}, 2 of 3 reached"
+    assert row[table.header.index("s to 60% val")].text == "not reached"
+    assert row[table.header.index("train time (s)")].text == "10 ± 0 (n=3)"
+
+
+def test_speed_up_geometric_mean_oom_and_published_speedups(tmp_path):
     tasks = ["listops", "text", "retrieval", "image", "pathfinder"]
-    for i, t in enumerate(tasks):
-        save_record(_bench(t, "naive", 1.0), store)
-        save_record(_bench(t, "flash", 2.0 + i), store)
-    save_record(_bench("path-x", "naive", 0, status="oom"), store)
-    save_record(_bench("path-x", "flash", 1.5), store)
-    (path,) = write_leaderboard(store, tmp_path, plots=False)
-    text = path.read_text()
-    assert "| `naive` | 36.5 |" in text and "| `flash` | 37.2 |" in text
-    assert "FlashAttention *(published)* | 37.6 | 63.9 | 81.4 | 43.5 | 72.7 | 61.4 | - | 59.8" in text
-    assert "Smoke runs" in text and "25.0" in text
+    records = [bench_record(t, "naive", 1.0) for t in tasks]
+    records += [bench_record(t, "flash", 2.0 + i) for i, t in enumerate(tasks)]
+    records += [bench_record("path-x", "naive", 0, status="oom: CUDA out of memory")]
+    records += [bench_record("path-x", "flash", 1.5)]
+    tables = tables_of(stored(tmp_path, records))
+    speed = tables["Training speed-up over naive (NVIDIA H200, preset default)"]
     geo = math.exp(sum(math.log(2.0 + i) for i in range(5)) / 5)
-    assert f"{geo:.2f}x" in text
-    assert "OOM" in text
-    write_leaderboard(store, tmp_path, plots=False)
-    assert path.read_text() == text
+    assert cell(speed, "flash", "geo. mean (5 LRA tasks)") == f"{geo:.2f}x"
+    assert cell(speed, "flash", "listops") == "2.00x (2.00/s)"
+    assert cell(speed, "naive", "path-x") == "OOM" and cell(speed, "flash", "path-x") == "(1.50/s)"
+    assert speed.header[1:] == [*tasks, "path-x", "geo. mean (5 LRA tasks)"]
+    # the paper's speed-ups were measured on its own recipe: not beside this preset's rows
+    assert not any(getattr(r, "published", False) for r in speed.rows)
+    published = tables["Training speed-up, preset fa-paper (published only)"]
+    assert cell(published, "FlashAttention", "speed-up over the Transformer, LRA average") == "2.4x"
 
 
-def test_empty_store_still_renders_published_rows(tmp_path):
-    (path,) = write_leaderboard(tmp_path / "none", tmp_path, plots=False)
-    assert "LRA paper" in path.read_text()
-
-
-def test_runs_with_changed_settings_leave_the_main_accuracy_table(tmp_path):
-    from lra.train.config import load_config
-
-    store = tmp_path / "results"
-    exact = _run("listops", "flash", 0.371)
-    exact["config"] = load_config("listops", "full")
-    changed = _run("listops", "naive", 0.2)
-    changed["config"] = load_config("listops", "full", ["train.steps=200"])
-    save_record(exact, store)
-    save_record(changed, store)
-    (path,) = write_leaderboard(store, tmp_path, plots=False)
-    main, _, rest = path.read_text().partition("## Other runs")
-    assert "| `flash` | 37.1 |" in main and "`naive`" not in main
-    assert "| `naive` | 20.0 |" in rest
+def test_repeated_benchmarks_aggregate(tmp_path):
+    records = [bench_record("listops", "naive", 1.0), bench_record("listops", "naive", 1.0)]
+    records += [bench_record("listops", "flash", x) for x in (2.0, 4.0)]
+    speed = tables_of(stored(tmp_path, records))["Training speed-up over naive (NVIDIA H200, preset default)"]
+    spread = statistics.stdev([2.0, 4.0])
+    assert cell(speed, "flash", "listops") == f"3.00 ± {spread:.2f}x (3.00/s, n=2)"
 
 
 def test_scaling_table_compares_n_processes_with_one(tmp_path):
-    store = tmp_path / "results"
+    records = []
     for world, tps in ((1, 1000.0), (2, 1900.0)):
-        rec = _bench("listops", "flash", tps / 100)
-        rec.update(world_size=world, config_hash="abc")
+        rec = bench_record("listops", "flash", tps / 100, world_size=world, config_hash="abc")
         rec["metrics"]["tokens_per_s"] = tps
-        save_record(rec, store)
-    (path,) = write_leaderboard(store, tmp_path, plots=False)
-    text = path.read_text()
-    assert "| listops | `flash` | 1024 | 2 | 1,000 | 1,900 | 1.90x | 95% |" in text
-    speed = text.split("## Training speed-up")[1].split("## ")[0]
-    assert "19.00/s" not in speed  # the two-process bench stays out of the single-GPU speed table
+        records.append(rec)
+    tables = tables_of(stored(tmp_path, records))
+    (row,) = tables["Data-parallel scaling (lra bench train --nproc N)"].cells()
+    assert [c.text for c in row[:8]] == ["listops", "flash", "1024", "2", "1,000", "1,900", "1.90x", "95%"]
+    speed = tables["Training speed-up over naive (NVIDIA H200, preset default)"]
+    assert cell(speed, "flash", "listops") == "(10.00/s)"  # the two-process bench stays out of the speed table
+
+
+def test_tasks_come_from_the_registry(tmp_path):
+    records = [run_record(t, "naive", 0.5, preset="tiny") for t in ("path-256", "path-x", "path-64", "text")]
+    table = tables_of(stored(tmp_path, records))["Accuracy, preset tiny: CPU-sized smoke runs"]
+    assert table.header[1:5] == ["text", "path-64", "path-x", "path-256"]
+
+
+def test_default_stores_and_where_the_output_goes(tmp_path, monkeypatch):
+    user = tmp_path / "share" / "lra" / "results"
+    monkeypatch.setenv("LRA_RESULTS", str(user))
+    save_record(run_record("listops", "sdpa_math", 0.25, preset="tiny"), user)
+    before = sorted(p.name for p in curated_dir().iterdir())
+    paths = write_leaderboard(plots=False)
+    assert paths == [user.parent / "LEADERBOARD.md", user.parent / "leaderboard.html"]
+    text = paths[0].read_text()
+    assert "`leaderboard/results` (curated)" in text and "(user)" in text
+    assert "| `sdpa_math` | 25.0 (n=1) † |" in text and "measured (user)" in text
+    assert "measured (curated)" in text  # the curated records are read too
+    assert sorted(p.name for p in curated_dir().iterdir()) == before
+    (only,) = write_leaderboard([user], formats="md", plots=False)  # exactly the store named
+    assert only == user.parent / "LEADERBOARD.md" and "measured (curated)" not in only.read_text()
+
+
+def test_bad_stores_are_clear_errors(tmp_path):
+    with pytest.raises(ConfigError, match="no such results store"):
+        write_leaderboard([tmp_path / "missing"], tmp_path, plots=False)
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "broken.json").write_text("{not json")
+    with pytest.raises(DataCorruptError, match="broken.json"):
+        write_leaderboard([store], tmp_path / "out", plots=False)
+    assert not (tmp_path / "out").exists()  # nothing written
+    with pytest.raises(ConfigError, match="unknown leaderboard format 'pdf'"):
+        write_leaderboard([store], tmp_path, formats="pdf")
+
+
+def test_empty_store_renders_published_rows_and_is_deterministic(tmp_path):
+    store = tmp_path / "none"
+    store.mkdir()
+    md, page = write_leaderboard([store], tmp_path, plots=False)
+    assert "LRA paper" in md.read_text() and "FlashAttention paper" in md.read_text()
+    first = (md.read_bytes(), page.read_bytes())
+    write_leaderboard([store], tmp_path, plots=False)
+    assert (md.read_bytes(), page.read_bytes()) == first
+
+
+def test_plain_string_cells_keep_working():
+    assert as_cell("`flash`").code and as_cell("`flash`").text == "flash"
+    assert as_cell("1.2e-03 / 4e-05").num and not as_cell("NVIDIA H200").num
+
+
+def test_records_table_links_every_file(tmp_path):
+    store = stored(tmp_path, [run_record("listops", "flash", 0.3, seed=4)])
+    (md, _) = write_leaderboard([store], tmp_path, plots=False)
+    (name,) = [p.name for p in store.iterdir()]
+    assert f"[{name}](results/{name})" in md.read_text()
+    assert json.loads((store / name).read_text())["backend"] == "flash"
 
 
 def test_git_commit_comes_from_the_checkout_unless_overridden(monkeypatch):
@@ -107,3 +251,17 @@ def test_git_commit_comes_from_the_checkout_unless_overridden(monkeypatch):
         assert git_commit().split("+")[0] == head.stdout.strip()
     monkeypatch.setenv("LRA_GIT_COMMIT", "abc123")
     assert git_commit() == "abc123"
+
+
+def test_records_saved_at_the_same_moment_never_replace_each_other(tmp_path):
+    """A sweep's runs can finish in the same second with the same name: every record must survive."""
+    import threading
+
+    rec = {"kind": "run", "task": "listops", "backend": "naive", "preset": "tiny", "date": "2026-12-01T00:00:00Z"}
+    threads = [threading.Thread(target=save_record, args=(dict(rec, n=i), tmp_path)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r["n"] for r in load_records(tmp_path)) == list(range(12))
+    assert not list(tmp_path.glob(".*.tmp"))  # no temporary file is left behind

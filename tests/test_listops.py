@@ -21,7 +21,7 @@ from lra.core.errors import DataCorruptError, DataMissingError
 from tasks import _listops_gen as gen
 from tasks import listops
 from tasks.listops import ListOps, read_tsv, write_tsv
-from tasks.registry import Split, build_task, task_options
+from tasks.registry import INFO_FIELDS, Split, build_task, task_options
 
 FIXTURES = Path(__file__).parent / "fixtures" / "listops"
 CONFIG = Path(__file__).parent.parent / "configs" / "listops.yaml"
@@ -153,6 +153,12 @@ def chi2(a: np.ndarray, b: np.ndarray, bins: np.ndarray) -> tuple[float, int]:
     return float((((ka * ca - kb * cb) ** 2) / (ca + cb)).sum()), int(keep.sum()) - 1
 
 
+def lra_strings(tokens: np.ndarray) -> list[str]:
+    """LRA's printed string of each token row, through the TSV writer's byte builder (one row per line)."""
+    tokens = np.atleast_2d(tokens)
+    return gen.lra_bytes(tokens, [b"\n"], np.zeros(len(tokens), dtype=np.int64)).decode().split("\n")[:-1]
+
+
 def tiny_settings() -> dict:
     return yaml.safe_load(CONFIG.read_text())["presets"]["tiny"]["data"]
 
@@ -206,7 +212,7 @@ def test_evaluator_rejects_unknown_token_ids():
 @pytest.fixture(scope="module")
 def small_strings():
     tokens, labels = gen.generate(SMALL, seed=3, total=1500)
-    return tokens, labels, gen.to_lra_strings(tokens)
+    return tokens, labels, lra_strings(tokens)
 
 
 def test_labels_match_independent_evaluation(small_strings):
@@ -217,7 +223,7 @@ def test_labels_match_independent_evaluation(small_strings):
 def test_labels_match_at_full_settings():
     chunk = gen.generate_chunk(gen.Grammar(), seed=0, chunk=0, n_trees=1024)
     assert len(chunk.labels) > 20
-    strings = gen.to_lra_strings(chunk.tokens)
+    strings = lra_strings(chunk.tokens)
     assert [lra_value(lra_parse(s)) for s in strings] == chunk.labels.tolist()
     lengths = (chunk.tokens != 0).sum(axis=1)
     assert lengths.min() > 500 and lengths.max() < 2000
@@ -307,7 +313,7 @@ def reference_stats():
 
 def test_distribution_matches_lra_transcription(reference_stats):
     tokens, _ = gen.generate(DIST, seed=0, total=N_DIST)
-    ours = row_stats(gen.to_lra_strings(tokens))
+    ours = row_stats(lra_strings(tokens))
     length_bins = np.array([9, 11, 13, 15, 18, 21, 25, 30, 40])
     for name, a, b, bins in [
         ("length", ours[0], reference_stats[0], length_bins),
@@ -340,16 +346,19 @@ def test_config_data_keys_are_the_task_settings():
 
 def test_tiny_preset_generates_caches_and_reads_back(tmp_path, monkeypatch):
     task = build_task("listops", data_dir=tmp_path, **tiny_settings())
-    assert task.info()["cached"] is False
+    info = task.info()
+    assert tuple(info) == INFO_FIELDS and info["ready"] is False and info["bytes"] == 0
+    changed = " ".join(f"--set data.{k}={v}" for k, v in tiny_settings().items())  # every tiny setting is not default
+    assert info["prepare"] == f"lra data prepare listops {changed} --data-dir {tmp_path}"
     val = task.load("val")
     assert val.tokens.shape == (tiny_settings()["num_val"], tiny_settings()["max_length"])
     assert (gen.evaluate(val.tokens) == val.labels).all()
     info = task.info()
-    assert info["cached"] and Path(info["cache_dir"]).parent == tmp_path / "listops"
-    assert info["splits"]["train"]["examples"] == tiny_settings()["num_train"]
-    assert info["splits"]["val"]["bytes"] > val.tokens.size
-    assert info["splits"]["val"]["majority_share"] == np.bincount(val.labels).max() / len(val)
-    assert [p.name for p in (tmp_path / "listops").iterdir()] == [Path(info["cache_dir"]).name]  # no temp left
+    assert info["ready"] and info["prepare"] is None and Path(info["where"]).parent == tmp_path / "listops"
+    assert info["splits"] == {s: tiny_settings()[f"num_{s}"] for s in ("train", "val", "test")}
+    assert info["bytes"] == sum(p.stat().st_size for p in Path(info["where"]).iterdir()) > val.tokens.size
+    assert info["details"]["splits"]["val"]["majority_share"] == np.bincount(val.labels).max() / len(val)
+    assert [p.name for p in (tmp_path / "listops").iterdir()] == [Path(info["where"]).name]  # no temp left
 
     def fail(*a, **k):
         raise AssertionError("cached data must not be generated again")
@@ -358,7 +367,7 @@ def test_tiny_preset_generates_caches_and_reads_back(tmp_path, monkeypatch):
     again = build_task("listops", data_dir=tmp_path, **tiny_settings()).load("val")
     assert np.array_equal(again.tokens, val.tokens) and np.array_equal(again.labels, val.labels)
     other = build_task("listops", data_dir=tmp_path, **{**tiny_settings(), "seed": 1})
-    assert other.cache_dir != task.cache_dir
+    assert other.cache().path != task.cache().path
 
 
 def test_same_settings_same_data_in_another_folder(tmp_path):
@@ -386,7 +395,11 @@ def test_reader_on_release_format_fixture():
     task = ListOps(source=FIXTURES, max_length=40)
     assert task.load("test").labels.tolist() == [3, 4]
     assert task.load("val").labels.tolist() == [3, 0]
-    assert task.info()["files"]["val"]["bytes"] == (FIXTURES / "basic_val.tsv").stat().st_size
+    info = task.info()
+    assert (
+        info["ready"] and info["where"] == str(FIXTURES) and info["details"]["files"]["val"].endswith("basic_val.tsv")
+    )
+    assert info["bytes"] == sum((FIXTURES / f"basic_{s}.tsv").stat().st_size for s in ("train", "val", "test"))
 
 
 def test_reader_cuts_long_rows_like_lra():
@@ -462,7 +475,7 @@ def test_strings_are_lras_to_string():
     for i, s in enumerate(trees):
         toks = [TOKEN_ID[t] for t in s.split() if t not in "()"]
         tokens[i, : len(toks)] = toks
-    assert gen.to_lra_strings(tokens) == trees
+    assert lra_strings(tokens) == trees
 
 
 def test_written_tsv_is_what_lras_csv_writer_writes(tmp_path):
@@ -471,7 +484,7 @@ def test_written_tsv_is_what_lras_csv_writer_writes(tmp_path):
     with open(tmp_path / "lra.tsv", "w", newline="") as f:  # LRA: csv.writer(f, delimiter="\t") on its strings
         writer = csv.writer(f, delimiter="\t")
         writer.writerow(["Source", "Target"])
-        writer.writerows([s, v] for s, v in zip(gen.to_lra_strings(tokens), labels.tolist()))
+        writer.writerows([s, v] for s, v in zip(lra_strings(tokens), labels.tolist()))
     assert (tmp_path / "ours.tsv").read_bytes() == (tmp_path / "lra.tsv").read_bytes()
 
 

@@ -1,23 +1,24 @@
-"""Pathfinder / Path-64 / Path-X / Path-256: the generator, the cache, the release reader, the PNG codec, configs."""
+"""Pathfinder / Path-64 / Path-X / Path-256: the generator, the cache, the release reader and its PNGs, configs."""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import math
-import struct
-import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from PIL import Image
 
 from lra.core.errors import DataCorruptError, DataMissingError
 from tasks import build_task
 from tasks._pathfinder import draw as D
-from tasks._pathfinder import store
 from tasks._pathfinder.geometry import FOREGROUND, SPECS
-from tasks._pathfinder.png import PNGError, decode_png, encode_png, read_png
-from tasks.registry import task_options
+from tasks._pathfinder.release import read_grey
+from tasks._pathfinder.store import GeneratedStore
+from tasks.registry import INFO_FIELDS, task_options
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT.parent / "shared" / "data" / "pathfinder_reference"
@@ -91,7 +92,7 @@ def test_registered_tasks_and_their_shapes(tmp_path):
     for name, res in expect.items():
         task = build_task(name, data_dir=tmp_path)
         assert task.resolution == res and task.seq_len == res * res
-        assert task.num_classes == 2 and task.vocab_size == 257 and task.generated
+        assert task.num_classes == 2 and task.vocab_size == 257
         assert set(task_options(name)) >= {"difficulty", "num_train", "seed", "cache", "source"}
     assert build_task("path-x", data_dir=tmp_path, downsample=4).seq_len == 32 * 32
     with pytest.raises(ValueError, match="max_length must be 16384"):
@@ -126,13 +127,14 @@ def test_labels_are_balanced_in_every_pair_and_not_index_parity():
 
 def test_generation_is_the_same_across_worker_counts(tmp_path):
     counts = {"train": 10, "test": 4}
-    store.generate_splits(tmp_path / "one", 32, 9, counts, seed=7, workers=1)
-    store.generate_splits(tmp_path / "two", 32, 9, counts, seed=7, workers=2)
+    one, two = (GeneratedStore(tmp_path / name, "pathfinder", 32, 9, seed=7) for name in ("one", "two"))
+    one.generate(counts, workers=1)
+    two.generate(counts, workers=2)
     for split, n in counts.items():
-        one, lab1 = store.open_split(tmp_path / "one", split, n)
-        two, lab2 = store.open_split(tmp_path / "two", split, n)
-        assert np.array_equal(one, two) and np.array_equal(lab1, lab2)
-        assert np.array_equal(one[3], D.draw(32, 9, split, 3, seed=7).image)
+        one_images, lab1 = one.open(split, n)
+        two_images, lab2 = two.open(split, n)
+        assert np.array_equal(one_images, two_images) and np.array_equal(lab1, lab2)
+        assert np.array_equal(one_images[3], D.draw(32, 9, split, 3, seed=7).image)
 
 
 # ---------------------------------------------------------------- what the images show
@@ -165,7 +167,7 @@ def _peaks(img: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("res", [32, 128, 256])
 def test_same_look_as_the_original_images(res):
     """Ink coverage, dash brightness and markers match the original generator's images at the same resolution."""
-    refs = [read_png(p) for p in sorted(REFERENCE.glob(f"pf{res}_*.png"))]
+    refs = [read_grey(p) for p in sorted(REFERENCE.glob(f"pf{res}_*.png"))]
     mine = [D.draw(res, 14, "train", i).image for i in range(4)]
     assert all(im.shape == (res, res) for im in refs + mine)
     ref_cover = np.mean([(r >= FOREGROUND).mean() for r in refs])
@@ -181,9 +183,15 @@ def test_same_look_as_the_original_images(res):
 # ---------------------------------------------------------------- the task: cache, lazy, tokens
 def test_cache_lazy_and_tokens_agree(tmp_path):
     task = build_task("pathfinder", data_dir=tmp_path, num_train=12, num_val=4, num_test=4, seed=2)
+    info = task.info()
+    assert tuple(info) == INFO_FIELDS and not info["ready"] and info["bytes"] == 0
+    want = "lra data prepare pathfinder --set data.seed=2 --set data.num_train=12 --set data.num_val=4 "
+    assert info["prepare"] == want + f"--set data.num_test=4 --data-dir {tmp_path}"
     task.prepare(workers=1)
     info = task.info()
-    assert all(info["cached"].values()) and info["bytes"] > 12 * 1024
+    assert info["ready"] and info["prepare"] is None and info["splits"] == {"train": 12, "val": 4, "test": 4}
+    assert info["bytes"] == sum(f.stat().st_size for f in task.store.path.rglob("*") if f.is_file())
+    assert info["bytes"] > 20 * 1024 and info["where"] == str(task.store.path)
     train = task.load("train")
     assert isinstance(train.tokens.images, np.memmap)
     assert train.tokens.shape == (12, 1024) and len(train) == 12
@@ -193,7 +201,7 @@ def test_cache_lazy_and_tokens_agree(tmp_path):
     assert tokens.min() >= 1 and tokens.max() <= 256
     assert np.array_equal(train.labels, D.labels_for(32, 14, "train", 2, 0, 12))
     assert np.array_equal(train.tokens[np.array([3, 1])], tokens[[3, 1]])
-    assert np.array_equal(train.subset(5).tokens[np.arange(5)], tokens[:5])
+    assert np.array_equal(train.tokens[:5][np.arange(5)], tokens[:5])
 
     lazy = build_task("pathfinder", data_dir=tmp_path / "none", num_train=12, seed=2, cache=False).load("train")
     assert np.array_equal(lazy.tokens[np.array([0, 7])], tokens[[0, 7]])
@@ -201,7 +209,7 @@ def test_cache_lazy_and_tokens_agree(tmp_path):
 
     smaller = build_task("pathfinder", data_dir=tmp_path, num_train=6, num_val=4, num_test=4, seed=2)
     assert np.array_equal(np.asarray(smaller.load("train").tokens), tokens[:6])  # served by the 12-image cache
-    assert store.cached_sizes(task.cache_dir, "train") == [12]
+    assert task.store.sizes("train") == [12] and smaller.info()["details"]["caches"]["train"] == "train-12"
 
     pooled = build_task("pathfinder", data_dir=tmp_path, num_train=12, seed=2, downsample=2).load("train")
     img = first.image.astype(float).reshape(16, 2, 16, 2).mean(axis=(1, 3))
@@ -209,13 +217,20 @@ def test_cache_lazy_and_tokens_agree(tmp_path):
 
 
 # ---------------------------------------------------------------- LRA's release layout
+def png_bytes(image: np.ndarray) -> bytes:
+    """An 8-bit PNG of a uint8 (H, W) grey or (H, W, 3) colour array, written by Pillow (as the original generator)."""
+    buf = io.BytesIO()
+    Image.fromarray(image).save(buf, "PNG")
+    return buf.getvalue()
+
+
 def _write_release(root: Path, images: list[np.ndarray], labels: list[int], batches: list[int]) -> Path:
     folder = root / "pathfinder32" / "curv_contour_length_14"
     rows: dict[int, list[str]] = {}
     for i, (img, label, batch) in enumerate(zip(images, labels, batches)):
         sub = folder / "imgs" / str(batch)
         sub.mkdir(parents=True, exist_ok=True)
-        (sub / f"sample_{i}.png").write_bytes(encode_png(img))
+        (sub / f"sample_{i}.png").write_bytes(png_bytes(img))
         rows.setdefault(batch, []).append(f"imgs/{batch} sample_{i}.png {i} {label} 1.0 14 4 2 0.5 1 1")
     (folder / "metadata").mkdir(parents=True, exist_ok=True)
     for batch, lines in rows.items():
@@ -231,7 +246,8 @@ def test_release_layout_reader(tmp_path):
     (folder / "imgs" / "10" / "sample_19.png").write_bytes(b"")  # an empty file, skipped like LRA does
     task = build_task("pathfinder", data_dir=tmp_path / "cache", source=tmp_path / "lra_release")
     task.prepare(workers=1)
-    assert task.info()["empty_skipped"] == 1
+    info = task.info()
+    assert info["ready"] and info["details"]["empty_skipped"] == 1 and info["source"] == str(tmp_path / "lra_release")
     sizes = {s: len(task.load(s)) for s in ("train", "val", "test")}
     assert sizes == {"train": 15, "val": 2, "test": 2}  # 19 images split 80/10/10
     test = task.load("test")
@@ -248,7 +264,7 @@ def test_release_metadata_as_a_real_npy_array(tmp_path):
     (folder / "metadata").mkdir()
     table = []
     for i, d in enumerate(drawings):
-        (folder / "imgs" / "0" / f"sample_{i}.png").write_bytes(encode_png(d.image))
+        (folder / "imgs" / "0" / f"sample_{i}.png").write_bytes(png_bytes(d.image))
         table.append(["imgs/0", f"sample_{i}.png", str(i), str(d.label), "1.0", "6", "2", "2", "0.5", "1", "1"])
     np.save(folder / "metadata" / "0.npy", np.array(table))
     task = build_task("pathfinder", data_dir=tmp_path / "c", difficulty=6, source=folder)
@@ -264,7 +280,7 @@ def test_corrupt_png_names_the_file_and_row(tmp_path):
     with pytest.raises(DataCorruptError) as err:
         task.load("train")
     assert "sample_4.png" in str(err.value) and "row 5" in str(err.value)
-    assert not list((task.release_dir).glob("images.npy"))  # nothing half-written is left
+    assert list((tmp_path / "cache" / "pathfinder").iterdir()) == []  # nothing half-written is left
 
 
 def test_missing_release_and_bad_metadata(tmp_path):
@@ -277,67 +293,59 @@ def test_missing_release_and_bad_metadata(tmp_path):
         build_task("pathfinder", data_dir=tmp_path, source=folder).load("train")
 
 
-# ---------------------------------------------------------------- the PNG codec
-def _encode_filtered(img: np.ndarray, kinds: list[int]) -> bytes:
-    """An independent PNG writer that applies the five row filters (the forward direction of the spec)."""
-    h, w = img.shape
-    raw = bytearray()
-    prev = [0] * w
-    for y in range(h):
-        row, kind = img[y].tolist(), kinds[y % len(kinds)]
-        out = []
-        for x in range(w):
-            a = row[x - 1] if x else 0
-            b = prev[x]
-            c = prev[x - 1] if x else 0
-            if kind == 0:
-                pred = 0
-            elif kind == 1:
-                pred = a
-            elif kind == 2:
-                pred = b
-            elif kind == 3:
-                pred = (a + b) // 2
-            else:
-                p = a + b - c
-                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                pred = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
-            out.append((row[x] - pred) % 256)
-        raw += bytes([kind] + out)
-        prev = row
-
-    def chunk(tag: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body))
-
-    head = struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", head) + chunk(b"IDAT", zlib.compress(bytes(raw))) + chunk(b"IEND", b"")
+# ---------------------------------------------------------------- a release that changes, PNG reading
+def file_hashes(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
 
 
-def test_png_decoder_undoes_every_filter():
+def test_release_import_follows_its_source(tmp_path, capsys):
+    drawings = [D.draw(32, 14, "train", i, seed=5) for i in range(10)]
+    images, labels = [d.image for d in drawings], [d.label for d in drawings]
+    _write_release(tmp_path / "rel", images, labels, [0] * 10)
+    task = build_task("pathfinder", data_dir=tmp_path / "cache", source=tmp_path / "rel")
+    assert len(task.load("train")) == 8
+    cache = task.release_cache().path
+    before = file_hashes(cache)
+    folder = _write_release(tmp_path / "rel", images[:5] * 2, labels[:5] * 2, [0] * 10)  # same names, new images
+    bad = folder / "imgs" / "0" / "sample_7.png"
+    bad.write_bytes(bad.read_bytes()[:50])
+    again = build_task("pathfinder", data_dir=tmp_path / "cache", source=tmp_path / "rel")
+    assert not again.info()["ready"] and "changed since" in again.info()["details"]["stale"]
+    with pytest.raises(DataCorruptError, match="sample_7.png"):
+        again.load("train")  # the release changed: imported again, and its damaged PNG is reported
+    assert "changed since the cache" in capsys.readouterr().err
+    assert file_hashes(cache) == before  # the old import is intact
+    bad.write_bytes(png_bytes(images[2]))
+    test = build_task("pathfinder", data_dir=tmp_path / "cache", source=tmp_path / "rel").load("test")
+    assert np.array_equal(test.tokens[np.array([0])][0], images[4].ravel().astype(np.int64) + 1)  # image 9 of 10
+    with pytest.raises(DataMissingError, match="no Pathfinder 32px release"):
+        build_task("pathfinder", data_dir=tmp_path / "cache", source=tmp_path / "gone").load("train")
+
+
+def test_release_pngs_read_as_grey(tmp_path):
     rng = np.random.default_rng(0)
-    img = rng.integers(0, 256, (9, 13), dtype=np.uint8)
-    for kinds in ([0], [1], [2], [3], [4], [0, 1, 2, 3, 4]):
-        assert np.array_equal(decode_png(_encode_filtered(img, kinds)), img), kinds
-    assert np.array_equal(decode_png(encode_png(img)), img)
-
-
-def test_png_decoder_errors_name_the_file(tmp_path):
-    good = encode_png(np.zeros((4, 4), np.uint8))
-    for name, data, what in [
-        ("a.png", b"not a png", "bad signature"),
-        ("b.png", good[:-20], "truncated"),
-        ("c.png", good[:40] + bytes([good[40] ^ 1]) + good[41:], "CRC"),
-    ]:
+    grey = rng.integers(0, 256, (9, 13), dtype=np.uint8)
+    (tmp_path / "g.png").write_bytes(png_bytes(grey))
+    assert np.array_equal(read_grey(tmp_path / "g.png"), grey)
+    rgb = rng.integers(0, 256, (9, 13, 3), dtype=np.uint8)
+    (tmp_path / "c.png").write_bytes(png_bytes(rgb))
+    luma = np.floor(rgb.astype(np.float64) @ [0.299, 0.587, 0.114] + 0.5)  # ITU-R 601, rounded
+    got = read_grey(tmp_path / "c.png").astype(np.int64)
+    clear = np.abs(luma - 0.5 - np.floor(luma - 0.5) - 0.5) < 0.499  # float32 and float64 agree off a .5 tie
+    assert np.array_equal(got[clear], luma[clear]) and np.abs(got - luma).max() <= 1
+    good = png_bytes(grey)
+    cut = good[: len(good) // 2]  # truncated inside the pixel data
+    for name, data in [("a.png", b"not a png"), ("b.png", cut), ("c.png", good[:40] + b"\0" + good[41:])]:
         (tmp_path / name).write_bytes(data)
-        with pytest.raises(PNGError, match=what) as err:
-            read_png(tmp_path / name)
-        assert name in str(err.value)
+        with pytest.raises(DataCorruptError, match="cannot (decode|read) image") as err:
+            read_grey(tmp_path / name)
+        assert str(err.value).startswith(str(tmp_path / name))
 
 
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason="shared/data/pathfinder_reference not present")
-def test_png_decoder_reads_the_reference_images():
+def test_reference_images_read_as_grey():
     for path in sorted(REFERENCE.glob("*.png")):
-        img = read_png(path)
+        img = read_grey(path)
         res = int(path.name[2:].split("_")[0])
         assert img.shape == (res, res) and img.max() == 255 and (img == 0).mean() > 0.5
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from lra.core.errors import DataCorruptError, DataMissingError
+from lra.core.errors import DataCorruptError, DataMissingError, RunSetupError
 from tasks import retrieval as R
-from tasks.registry import TASKS, build_task
+from tasks.registry import INFO_FIELDS, TASKS, build_task
 
 FIXTURE = Path(__file__).parent / "fixtures" / "retrieval"
 NAMES = {"train": "new_aan_pairs.train.tsv", "val": "new_aan_pairs.eval.tsv", "test": "new_aan_pairs.test.tsv"}
@@ -148,6 +149,27 @@ def test_malformed_row_names_file_and_line_and_keeps_the_cache(tmp_path, bad_row
     assert [p.name for p in (tmp_path / "cache" / "retrieval").iterdir()] == [task.cache().path.name]  # no temp left
 
 
+def test_a_full_disk_is_one_clear_error_and_keeps_the_cache(tmp_path, monkeypatch):
+    folder = write_tsvs(tmp_path / "src", {s: good_rows(3) for s in NAMES})
+    task = build_task("retrieval", data_dir=tmp_path / "cache", source=str(folder), max_length=16)
+    task.prepare()
+    cache = task.cache().path
+    before = {p.name: p.read_bytes() for p in cache.iterdir()}
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(np, "save", full)
+    with pytest.raises(RunSetupError) as err:
+        task.prepare()
+    assert str(err.value) == (
+        f"cannot write the data cache {cache}: the disk is full; the cache that was there is intact: free some space, "
+        "or keep the data elsewhere with --data-dir or LRA_DATA"
+    )
+    assert {p.name: p.read_bytes() for p in cache.iterdir()} == before
+    assert [p.name for p in cache.parent.iterdir()] == [cache.name]  # no temporary folder left
+
+
 def test_missing_data_says_where_it_comes_from_and_how_to_import(tmp_path):
     task = build_task("retrieval", data_dir=tmp_path)
     with pytest.raises(DataMissingError) as err:
@@ -159,13 +181,18 @@ def test_missing_data_says_where_it_comes_from_and_how_to_import(tmp_path):
 
 
 def test_finds_the_tsvs_under_a_release_folder_and_reports_info(tmp_path):
-    folder = write_tsvs(tmp_path / "lra_release" / "tsv_data", {s: good_rows(2) for s in NAMES})
-    task = build_task("retrieval", data_dir=tmp_path / "cache", source=str(tmp_path), max_length=8)
-    assert len(task.load("test")) == 2
+    folder = write_tsvs(tmp_path / "lra_release" / "tsv_data", {s: good_rows(3) for s in NAMES})
+    task = build_task("retrieval", data_dir=tmp_path / "cache", source=str(tmp_path), max_length=8, num_val=2)
+    assert len(task.load("test")) == 3
     info = task.info()
-    assert info["prepared"] and info["splits"] == {"train": 2, "val": 2, "test": 2}
-    assert info["folder"] == str(folder) and info["bytes"] > 0
-    json.dumps(info)  # printable by `lra data info`
+    assert tuple(info) == INFO_FIELDS and info["ready"] and info["prepare"] is None
+    assert info["splits"] == {"train": 3, "val": 2, "test": 3} and info["details"]["stored"]["val"] == 3
+    assert info["source"] == str(tmp_path) and info["where"] == str(task.cache().path)
+    assert info["details"]["folder"] == str(folder) and info["details"]["built_from"].startswith(str(folder))
+    assert info["bytes"] == sum(p.stat().st_size for p in task.cache().path.iterdir())
+    json.dumps(info)  # printable by `lra data info --json`
+    (folder / NAMES["val"]).write_text("".join(r + "\n" for r in good_rows(5)), encoding="utf-8")
+    assert len(build_task("retrieval", data_dir=tmp_path / "cache", source=str(tmp_path)).load("val")) == 5
 
 
 def test_decode_literal_only_touches_bytes_literals():
@@ -175,7 +202,7 @@ def test_decode_literal_only_touches_bytes_literals():
     assert R.decode_literal(b"b'unterminated") == b"b'unterminated"
 
 
-@pytest.mark.parametrize("preset", [None, "tiny", "full"])
+@pytest.mark.parametrize("preset", [None, "tiny", "fa-paper"])
 def test_config_data_settings_build_the_task(tmp_path, preset):
     from lra.train.config import load_config
 
@@ -190,6 +217,6 @@ def test_cli_prepare_and_info(tmp_path, capsys):
     assert main(["data", "prepare", "retrieval", "--from", str(FIXTURE), "--data-dir", str(tmp_path)]) == 0
     task = build_task("retrieval", data_dir=tmp_path, max_length=4000)
     assert task.cache().exists() and len(task.load("val")) == 64
-    assert main(["data", "info", "retrieval", "--data-dir", str(tmp_path)]) == 0
-    captured = capsys.readouterr()  # the console writes to stderr
-    assert '"prepared": true' in captured.out + captured.err
+    assert main(["data", "info", "retrieval", "--data-dir", str(tmp_path), "--json"]) == 0
+    (info,) = json.loads(capsys.readouterr().out)
+    assert info["ready"] and info["splits"] == {"train": 384, "val": 64, "test": 64}

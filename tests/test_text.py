@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest
 
 from lra.core.errors import DataCorruptError, DataMissingError
 from tasks import text as T
-from tasks.registry import TASKS, build_task
+from tasks.registry import INFO_FIELDS, TASKS, build_task
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "aclImdb_v1.tar.gz"
 
@@ -143,6 +145,65 @@ def test_truncated_archive_is_corrupt_and_leaves_the_cache(tmp_path, tarball):
     assert [p.name for p in (tmp_path / "cache" / "text").iterdir()] == [task.cache().path.name]
 
 
+def file_hashes(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+def test_a_run_checks_its_source_against_the_cache(tmp_path, tarball, monkeypatch, capsys):
+    source = tmp_path / "aclImdb_v1.tar.gz"
+    shutil.copy(tarball, source)
+    settings = dict(data_dir=tmp_path / "cache", source=str(source), max_length=16, num_val=2)
+    task = build_task("text", **settings)
+    task.load("train")  # first use imports
+    cache = task.cache().path
+    before = file_hashes(cache)
+    assert task.info()["ready"] and task.info()["details"]["built_from"].startswith(str(source))
+
+    def no_import(*args, **kwargs):
+        raise AssertionError("an unchanged source must not be imported again")
+
+    with monkeypatch.context() as m:
+        m.setattr(T.TextTask, "import_into", no_import)
+        assert len(build_task("text", **settings).load("val")) == 2
+
+    source.write_bytes(tarball.read_bytes()[: tarball.stat().st_size // 2])  # truncated in place
+    with pytest.raises(DataCorruptError, match=r"aclImdb_v1\.tar\.gz: truncated or corrupt archive"):
+        build_task("text", **settings).load("train")
+    assert "changed since the cache" in capsys.readouterr().err
+    stale = build_task("text", **settings).info()
+    assert not stale["ready"] and "changed since the cache" in stale["details"]["stale"]
+    assert (
+        stale["prepare"]
+        == f"lra data prepare text --from {source} --set data.num_val=2 --data-dir {cache.parent.parent}"
+    )
+    source.unlink()
+    with pytest.raises(DataMissingError, match="does not exist"):
+        build_task("text", **settings).load("train")  # an unreadable source is an error, cache or not
+    assert file_hashes(cache) == before  # the old cache is intact
+
+    fewer = {k: v for k, v in REVIEWS.items() if k[2] < 6}
+    other = make_tarball(tmp_path / "other.tar.gz", fewer)
+    moved = build_task("text", **{**settings, "source": str(other)})
+    assert len(moved.load("train")) == sum(k[0] == "train" for k in fewer) - 2  # imported again
+    assert f"was built from {source}" in capsys.readouterr().err
+    assert file_hashes(cache) != before and [p.name for p in cache.parent.iterdir()] == [cache.name]
+
+
+def test_info_fields_before_and_after_prepare(tmp_path, tarball):
+    task = build_task("text", data_dir=tmp_path, max_length=1000, num_val=4, num_train=5)
+    info = task.info()
+    assert tuple(info) == INFO_FIELDS and not info["ready"] and info["splits"] == {} and info["bytes"] == 0
+    want = f"lra data prepare text --from /path/to/aclImdb_v1.tar.gz --set data.num_val=4 --data-dir {tmp_path}"
+    assert info["prepare"] == want  # max_length 1000 reads the 4096-byte cache: not a setting of the cache
+    assert info["source"] == T.IMDB_URL and info["where"] == str(task.cache().path)
+    task.prepare(source=str(tarball))
+    info = task.info()
+    assert info["ready"] and info["prepare"] is None and info["source"] == str(tarball.resolve())
+    assert info["splits"] == {"train": 5, "val": 4, "test": 10}  # the train cap applies
+    assert info["details"]["stored"] == {"train": 12, "val": 4, "test": 10}
+    assert info["bytes"] == sum(p.stat().st_size for p in task.cache().path.iterdir())
+
+
 def test_rating_that_contradicts_its_folder_is_corrupt(tmp_path):
     bad = dict(REVIEWS)
     bad[("train", "pos", 99, 2)] = b"rated 2 but filed as positive"
@@ -212,7 +273,7 @@ def test_real_imdb_archive_counts_balance_and_bytes():
     np.testing.assert_array_equal(tokens, expected_row(first, 4096))
 
 
-@pytest.mark.parametrize("preset", [None, "tiny", "full"])
+@pytest.mark.parametrize("preset", [None, "tiny", "fa-paper"])
 def test_config_data_settings_build_the_task(tmp_path, preset):
     from lra.train.config import load_config
 

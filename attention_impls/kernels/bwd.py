@@ -5,7 +5,7 @@
   range below the query length, or this key block's list of query blocks for block-sparse layouts).
 - `bwd_dq`: one program per query block accumulates dQ over its key blocks (the forward's visit, range or list).
 
-With P = exp2(s * scale * log2(e) - lse), dropout keep-mask Z and 1/(1-p) = c:
+With P = exp2(s * scale * log2(e) - lse), dropout keep-mask Z and c = 1/(1 - p) (p the quantised drop probability):
 dV = (Z * c * P)^T dO, dP = dO V^T, dS = P * (Z * c * dP - delta), dQ = scale * dS K, dK = scale * dS^T Q.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from attention_impls.kernels.common import dropout_keep, load_tile, mma
+from attention_impls.kernels.common import dropout_keep, load_rng, load_tile, mma
 from attention_impls.kernels.fwd import list_prologue, next_block, visit_bounds
 
 
@@ -71,12 +71,14 @@ def dkdv_inner(
     list_ptr,
     lo,
     hi,
-    offs_n,
+    start_n,
     offs_d,
     q_len,
     qk_scale,
-    dropout_p,
     seed,
+    offset,
+    threshold,
+    keep_scale,
     bh,
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -85,16 +87,17 @@ def dkdv_inner(
     DROPOUT: tl.constexpr,
     PREC: tl.constexpr,
     UPCAST: tl.constexpr,
-    LIST_MODE: tl.constexpr,
+    LIST_IN_REGS: tl.constexpr,
     MAX_LIST: tl.constexpr,
 ):
     """Add the query blocks lo..hi-1 (range or list) into this key block's dK, dV accumulators."""
     offs_m0 = tl.arange(0, BLOCK_M)
     d_ok = offs_d < HEAD_DIM
+    BLOCK_N: tl.constexpr = k.shape[0]
     PAD_D: tl.constexpr = k.shape[1] != HEAD_DIM
-    nxt, entries = list_prologue(list_ptr, lo, hi, SPARSE, LIST_MODE, MAX_LIST)
+    nxt, entries = list_prologue(list_ptr, lo, hi, SPARSE, LIST_IN_REGS, MAX_LIST)
     for i in range(lo, hi):
-        blk, nxt = next_block(list_ptr, i, hi, nxt, entries, SPARSE, LIST_MODE, MAX_LIST)
+        blk, nxt = next_block(list_ptr, i, hi, nxt, entries, SPARSE, LIST_IN_REGS, MAX_LIST)
         start_m = blk * BLOCK_M
         offs_m = start_m + offs_m0
         m_ok = offs_m < q_len
@@ -114,10 +117,9 @@ def dkdv_inner(
         )
         dpT = mma(v, tl.trans(do), tl.zeros([k.shape[0], BLOCK_M], tl.float32), PREC, UPCAST)
         if DROPOUT:
-            keepT = dropout_keep(seed, bh, offs_m[None, :], offs_n[:, None], dropout_p)
-            inv_keep = 1.0 / (1.0 - dropout_p)
-            pdT = tl.where(keepT, pT * inv_keep, 0.0)
-            dpT = tl.where(keepT, dpT * inv_keep, 0.0)
+            keepT = tl.trans(dropout_keep(seed, offset, bh, offs_m, start_n, threshold, BLOCK_N))
+            pdT = tl.where(keepT, pT * keep_scale, 0.0)
+            dpT = tl.where(keepT, dpT * keep_scale, 0.0)
         else:
             pdT = pT
         dv = mma(pdT.to(do.dtype), do, dv, PREC, UPCAST)
@@ -138,6 +140,7 @@ def bwd_dkdv(
     Delta,
     Lengths,
     QList,
+    Rng,
     stride_qb,
     stride_qh,
     stride_qn,
@@ -160,8 +163,8 @@ def bwd_dkdv(
     Nk,
     qk_scale,
     scale,
-    dropout_p,
-    seed,
+    threshold,
+    keep_scale,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -173,7 +176,7 @@ def bwd_dkdv(
     DROPOUT: tl.constexpr,
     PREC: tl.constexpr,
     UPCAST: tl.constexpr,
-    LIST_MODE: tl.constexpr,
+    LIST_IN_REGS: tl.constexpr,
 ):
     """One program: dK, dV of BLOCK_N keys of one (batch, head). Grid (cdiv(Nk, BLOCK_N), batch * heads).
 
@@ -190,6 +193,7 @@ def bwd_dkdv(
         kv_len = tl.minimum(length, Nk)
         if PAD_QUERIES:
             q_len = tl.minimum(length, Nq)
+    seed, offset = load_rng(Rng, DROPOUT)
     start_n = pid_n * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -215,14 +219,14 @@ def bwd_dkdv(
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dk, dv = dkdv_inner(
-        dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, stride_don, list_ptr, 0, n_full, offs_n,
-        offs_d, q_len, qk_scale, dropout_p, seed, bh, HEAD_DIM, BLOCK_M, SPARSE, False, DROPOUT, PREC, UPCAST,
-        LIST_MODE, MAX_LIST,
+        dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, stride_don, list_ptr, 0, n_full, start_n,
+        offs_d, q_len, qk_scale, seed, offset, threshold, keep_scale, bh, HEAD_DIM, BLOCK_M, SPARSE, False, DROPOUT,
+        PREC, UPCAST, LIST_IN_REGS, MAX_LIST,
     )  # fmt: skip
     dk, dv = dkdv_inner(
-        dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, stride_don, list_ptr, n_full, n_any, offs_n,
-        offs_d, q_len, qk_scale, dropout_p, seed, bh, HEAD_DIM, BLOCK_M, SPARSE, True, DROPOUT, PREC, UPCAST,
-        LIST_MODE, MAX_LIST,
+        dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, stride_don, list_ptr, n_full, n_any, start_n,
+        offs_d, q_len, qk_scale, seed, offset, threshold, keep_scale, bh, HEAD_DIM, BLOCK_M, SPARSE, True, DROPOUT,
+        PREC, UPCAST, LIST_IN_REGS, MAX_LIST,
     )  # fmt: skip
     # Keys past the row's length were loaded as zeros and picked up junk in their own rows only: zero them.
     dk = tl.where(n_ok[:, None], dk * scale, 0.0)
@@ -251,8 +255,10 @@ def dq_inner(
     offs_d,
     kv_len,
     qk_scale,
-    dropout_p,
     seed,
+    offset,
+    threshold,
+    keep_scale,
     bh,
     HEAD_DIM: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -261,16 +267,16 @@ def dq_inner(
     DROPOUT: tl.constexpr,
     PREC: tl.constexpr,
     UPCAST: tl.constexpr,
-    LIST_MODE: tl.constexpr,
+    LIST_IN_REGS: tl.constexpr,
     MAX_LIST: tl.constexpr,
 ):
     """Add key blocks lo..hi-1 (range or list, as the forward visits them) into this query block's dQ."""
     offs_n0 = tl.arange(0, BLOCK_N)
     d_ok = offs_d < HEAD_DIM
     PAD_D: tl.constexpr = q.shape[1] != HEAD_DIM
-    nxt, entries = list_prologue(list_ptr, lo, hi, SPARSE, LIST_MODE, MAX_LIST)
+    nxt, entries = list_prologue(list_ptr, lo, hi, SPARSE, LIST_IN_REGS, MAX_LIST)
     for i in range(lo, hi):
-        blk, nxt = next_block(list_ptr, i, hi, nxt, entries, SPARSE, LIST_MODE, MAX_LIST)
+        blk, nxt = next_block(list_ptr, i, hi, nxt, entries, SPARSE, LIST_IN_REGS, MAX_LIST)
         start_n = blk * BLOCK_N
         offs_n = start_n + offs_n0
         n_ok = offs_n < kv_len
@@ -286,8 +292,8 @@ def dq_inner(
             p = tl.where(n_ok[None, :], p, 0.0)
         dp = mma(do, vT, tl.zeros([q.shape[0], BLOCK_N], tl.float32), PREC, UPCAST)
         if DROPOUT:
-            keep = dropout_keep(seed, bh, offs_m[:, None], offs_n[None, :], dropout_p)
-            dp = tl.where(keep, dp * (1.0 / (1.0 - dropout_p)), 0.0)
+            keep = dropout_keep(seed, offset, bh, offs_m, start_n, threshold, BLOCK_N)
+            dp = tl.where(keep, dp * keep_scale, 0.0)
         ds = p * (dp - delta[:, None])
         dq = mma(ds.to(kT.dtype), tl.trans(kT), dq, PREC, UPCAST)
     return dq
@@ -304,6 +310,7 @@ def bwd_dq(
     Delta,
     Lengths,
     KvList,
+    Rng,
     stride_qb,
     stride_qh,
     stride_qn,
@@ -326,8 +333,8 @@ def bwd_dq(
     Nk,
     qk_scale,
     scale,
-    dropout_p,
-    seed,
+    threshold,
+    keep_scale,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -339,7 +346,7 @@ def bwd_dq(
     DROPOUT: tl.constexpr,
     PREC: tl.constexpr,
     UPCAST: tl.constexpr,
-    LIST_MODE: tl.constexpr,
+    LIST_IN_REGS: tl.constexpr,
 ):
     """One program: dQ of BLOCK_M query rows of one (batch, head). Grid (cdiv(Nq, BLOCK_M), batch * heads)."""
     pid_m = tl.program_id(0)
@@ -353,6 +360,7 @@ def bwd_dq(
         kv_len = tl.minimum(length, Nk)
         if PAD_QUERIES:
             q_len = tl.minimum(length, Nq)
+    seed, offset = load_rng(Rng, DROPOUT)
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
@@ -388,14 +396,15 @@ def bwd_dq(
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     dq = dq_inner(
         dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, list_ptr, 0, n_full, offs_m, offs_d, kv_len,
-        qk_scale, dropout_p, seed, bh, HEAD_DIM, BLOCK_N, SPARSE, False, DROPOUT, PREC, UPCAST,
-        LIST_MODE, MAX_LIST,
+        qk_scale, seed, offset, threshold, keep_scale, bh, HEAD_DIM, BLOCK_N, SPARSE, False, DROPOUT, PREC, UPCAST,
+        LIST_IN_REGS, MAX_LIST,
     )  # fmt: skip
     dq = dq_inner(
         dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, list_ptr, n_full, n_any, offs_m, offs_d, kv_len,
-        qk_scale, dropout_p, seed, bh, HEAD_DIM, BLOCK_N, SPARSE, True, DROPOUT, PREC, UPCAST,
-        LIST_MODE, MAX_LIST,
+        qk_scale, seed, offset, threshold, keep_scale, bh, HEAD_DIM, BLOCK_N, SPARSE, True, DROPOUT, PREC, UPCAST,
+        LIST_IN_REGS, MAX_LIST,
     )  # fmt: skip
-    dq = dq * scale
+    # Padded query rows are selected to zero: NaN or inf in their q, dO or delta must not reach dQ.
+    dq = tl.where((offs_m < q_len)[:, None], dq * scale, 0.0)
     g_off = b.to(tl.int64) * stride_gb + h.to(tl.int64) * stride_gh + offs_m[:, None] * stride_gn + offs_d[None, :]
     tl.store(DQ + g_off, dq.to(DQ.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])

@@ -1,14 +1,20 @@
 """Device helpers shared by every kernel of the family: masked tile loads, the dot, and the dropout RNG.
 
-The dropout keep-mask is a pure function of (seed, batch*heads + head, query row, key column): Philox on those four
-counters, so the forward, both backward kernels and the test helper `dropout_keep_mask` draw the same bits whatever
-their tile sizes.
+Dropout keep-mask layout (a pure function of the RNG state, batch * heads + head, query row and key column, so the
+forward, both backward kernels and `dropout_keep_mask` draw the same bits whatever their tile sizes): key column c
+belongs to group g = c // 16; one Philox4x32-10 call per (query row, group) with key `seed` and counters
+(g, row, batch * heads + head, offset) gives four 32-bit words r0..r3, and column 16 g + 4 a + b reads byte b (bits
+8b .. 8b+7) of word a. The weight is kept when that byte is >= the 8-bit drop threshold (kernels/dropout.py), so
+one Philox call decides 16 weights and all 128 bits are used.
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+GROUP = tl.constexpr(16)  # keys decided by one Philox call (4 words x 4 bytes)
+PHILOX_ROUNDS = tl.constexpr(10)
 
 
 @triton.jit
@@ -38,24 +44,47 @@ def mma(a, b, acc, PREC: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def dropout_keep(seed, bh, rows, cols, dropout_p):
-    """Keep-mask (True = kept) for the broadcast of `rows` and `cols` (one is a column, the other a row vector)."""
-    zero = rows * 0 + cols * 0
-    c0 = (cols + zero).to(tl.uint32)
-    c1 = (rows + zero).to(tl.uint32)
-    c2 = (zero + bh).to(tl.uint32)
-    c3 = zero.to(tl.uint32)
-    r0, _, _, _ = tl.philox(seed, c0, c1, c2, c3)
-    return tl.uint_to_uniform_float(r0) >= dropout_p
+def load_rng(Rng, DROPOUT: tl.constexpr):
+    """(seed, offset) from the int64 state tensor; zeros (unused) without dropout."""
+    seed = 0
+    offset = 0
+    if DROPOUT:
+        seed = tl.load(Rng)
+        offset = tl.load(Rng + 1)
+    return seed, offset
 
 
 @triton.jit
-def _keep_mask_kernel(Out, seed, Nq, Nk, dropout_p, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def dropout_keep(seed, offset, bh, offs_m, start_n, threshold, BLOCK_N: tl.constexpr):
+    """Keep-mask (True = kept) of query rows `offs_m` x keys start_n .. start_n + BLOCK_N - 1, shape
+    [len(offs_m), BLOCK_N]; `start_n` is a multiple of 16 (tiles are powers of two >= 16)."""
+    BLOCK_M: tl.constexpr = offs_m.shape[0]
+    N_GROUPS: tl.constexpr = BLOCK_N // GROUP
+    groups = start_n // GROUP + tl.arange(0, N_GROUPS)
+    zero = offs_m[:, None] * 0 + groups[None, :] * 0
+    c0 = (groups[None, :] + zero).to(tl.uint32)
+    c1 = (offs_m[:, None] + zero).to(tl.uint32)
+    c2 = (zero + bh).to(tl.uint32)
+    c3 = (zero + (offset & 0xFFFFFFFF)).to(tl.uint32)
+    r0, r1, r2, r3 = tl.philox(seed, c0, c1, c2, c3, PHILOX_ROUNDS)
+    # [..., i, j] = word 2i + j, so that the flattened minor index is the word index a.
+    words = tl.reshape(tl.join(tl.join(r0, r2), tl.join(r1, r3)), [BLOCK_M, N_GROUPS * 4])
+    # byte b >= threshold  <=>  (word & (0xFF << 8b)) >= threshold << 8b: two integer ops per decision, not three.
+    shifts = (tl.arange(0, 4) * 8).to(tl.uint32)
+    masks = (tl.full([4], 0xFF, tl.uint32) << shifts)[None, None, :]
+    levels = ((tl.zeros([4], tl.uint32) + threshold) << shifts)[None, None, :]
+    return tl.reshape((words[:, :, None] & masks) >= levels, [BLOCK_M, BLOCK_N])
+
+
+@triton.jit
+def _keep_mask_kernel(Out, Rng, Nq, Nk, threshold, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The keep-mask (int8) of one (batch, head) tile, as the attention kernels draw it."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     bh = tl.program_id(2)
+    seed, offset = load_rng(Rng, True)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    keep = dropout_keep(seed, bh, rows[:, None], cols[None, :], dropout_p)
+    keep = dropout_keep(seed, offset, bh, rows, pid_n * BLOCK_N, threshold, BLOCK_N)
     ptrs = Out + bh.to(tl.int64) * Nq * Nk + rows[:, None].to(tl.int64) * Nk + cols[None, :]
     tl.store(ptrs, keep.to(tl.int8), mask=(rows[:, None] < Nq) & (cols[None, :] < Nk))

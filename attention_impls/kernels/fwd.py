@@ -15,35 +15,33 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from attention_impls.kernels.common import dropout_keep, load_tile, mma
+from attention_impls.kernels.common import dropout_keep, load_rng, load_tile, mma
 
 
 @triton.jit
-def list_prologue(list_ptr, lo, hi, SPARSE: tl.constexpr, LIST_MODE: tl.constexpr, MAX_LIST: tl.constexpr):
+def list_prologue(list_ptr, lo, hi, SPARSE: tl.constexpr, LIST_IN_REGS: tl.constexpr, MAX_LIST: tl.constexpr):
     """State for `next_block` before a loop: (the first entry, prefetched; the whole padded list in registers)."""
     nxt = hi * 0
     entries = tl.zeros([MAX_LIST], tl.int32)
     if SPARSE:
-        if LIST_MODE == 1:
-            nxt = tl.load(list_ptr + lo, mask=lo < hi, other=0)
-        if LIST_MODE == 2:
+        if LIST_IN_REGS:
             entries = tl.load(list_ptr + tl.arange(0, MAX_LIST))
+        else:
+            nxt = tl.load(list_ptr + lo, mask=lo < hi, other=0)
     return nxt, entries
 
 
 @triton.jit
-def next_block(list_ptr, i, hi, nxt, entries, SPARSE: tl.constexpr, LIST_MODE: tl.constexpr, MAX_LIST: tl.constexpr):
-    """(block index of step i, state for step i+1). A range visits block i. A list is read one of three ways
-    (LIST_MODE, an experiment: notes/flash_kernel.md): 0 loads entry i in step i; 1 loads entry i+1 in step i, so the
-    load's latency hides behind the step's work; 2 picks entry i out of the list held in registers."""
+def next_block(list_ptr, i, hi, nxt, entries, SPARSE: tl.constexpr, LIST_IN_REGS: tl.constexpr, MAX_LIST: tl.constexpr):
+    """(block index of step i, state for step i+1). A range visits block i. A short list (LIST_IN_REGS) is held in
+    registers and entry i picked out of it, so the step's K/V addresses depend only on i and the pipeliner
+    prefetches them; a long one is read one entry ahead (entry i+1 loads during step i). docs/flash_kernel.md, v2."""
     if SPARSE:
-        if LIST_MODE == 0:
-            blk = tl.load(list_ptr + i)
-        elif LIST_MODE == 1:
+        if LIST_IN_REGS:
+            blk = tl.sum(tl.where(tl.arange(0, MAX_LIST) == i, entries, 0), axis=0)
+        else:
             blk = nxt
             nxt = tl.load(list_ptr + i + 1, mask=i + 1 < hi, other=0)
-        else:
-            blk = tl.sum(tl.where(tl.arange(0, MAX_LIST) == i, entries, 0), axis=0)
     else:
         blk = i
     return blk, nxt
@@ -82,8 +80,9 @@ def fwd_inner(
     offs_d,
     kv_len,
     qk_scale,
-    dropout_p,
     seed,
+    offset,
+    threshold,
     bh,
     HEAD_DIM: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -92,16 +91,16 @@ def fwd_inner(
     DROPOUT: tl.constexpr,
     PREC: tl.constexpr,
     UPCAST: tl.constexpr,
-    LIST_MODE: tl.constexpr,
+    LIST_IN_REGS: tl.constexpr,
     MAX_LIST: tl.constexpr,
 ):
     """Fold key blocks lo..hi-1 (of the range or list) into the running (acc, l, m) of one query block."""
     offs_n0 = tl.arange(0, BLOCK_N)
     d_ok = offs_d < HEAD_DIM
     PAD_D: tl.constexpr = q.shape[1] != HEAD_DIM
-    nxt, entries = list_prologue(list_ptr, lo, hi, SPARSE, LIST_MODE, MAX_LIST)
+    nxt, entries = list_prologue(list_ptr, lo, hi, SPARSE, LIST_IN_REGS, MAX_LIST)
     for i in range(lo, hi):
-        blk, nxt = next_block(list_ptr, i, hi, nxt, entries, SPARSE, LIST_MODE, MAX_LIST)
+        blk, nxt = next_block(list_ptr, i, hi, nxt, entries, SPARSE, LIST_IN_REGS, MAX_LIST)
         start_n = blk * BLOCK_N
         offs_n = start_n + offs_n0
         n_ok = offs_n < kv_len
@@ -117,7 +116,7 @@ def fwd_inner(
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         if DROPOUT:
-            p = tl.where(dropout_keep(seed, bh, offs_m[:, None], offs_n[None, :], dropout_p), p, 0.0)
+            p = tl.where(dropout_keep(seed, offset, bh, offs_m, start_n, threshold, BLOCK_N), p, 0.0)
         v = load_tile(
             V_base + offs_n[:, None] * stride_vn + offs_d[None, :], n_ok[:, None], d_ok[None, :], MASK_KV, PAD_D
         )
@@ -135,6 +134,7 @@ def attn_fwd(
     Lse,
     Lengths,
     KvList,
+    Rng,
     stride_qb,
     stride_qh,
     stride_qn,
@@ -153,8 +153,8 @@ def attn_fwd(
     Nq,
     Nk,
     qk_scale,
-    dropout_p,
-    seed,
+    threshold,
+    keep_scale,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -166,7 +166,7 @@ def attn_fwd(
     DROPOUT: tl.constexpr,
     PREC: tl.constexpr,
     UPCAST: tl.constexpr,
-    LIST_MODE: tl.constexpr,
+    LIST_IN_REGS: tl.constexpr,
 ):
     """One program: BLOCK_M query rows of one (batch, head). Grid (cdiv(Nq, BLOCK_M), batch * heads)."""
     pid_m = tl.program_id(0)
@@ -180,6 +180,7 @@ def attn_fwd(
         kv_len = tl.minimum(length, Nk)
         if PAD_QUERIES:
             q_len = tl.minimum(length, Nq)
+    seed, offset = load_rng(Rng, DROPOUT)
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
@@ -204,18 +205,21 @@ def attn_fwd(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     acc, l_i, m_i = fwd_inner(
         acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, list_ptr, 0, n_full, offs_m, offs_d, kv_len,
-        qk_scale, dropout_p, seed, bh, HEAD_DIM, BLOCK_N, SPARSE, False, DROPOUT, PREC, UPCAST, LIST_MODE, MAX_LIST,
+        qk_scale, seed, offset, threshold, bh, HEAD_DIM, BLOCK_N, SPARSE, False, DROPOUT, PREC, UPCAST,
+        LIST_IN_REGS, MAX_LIST,
     )  # fmt: skip
     acc, l_i, m_i = fwd_inner(
         acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, list_ptr, n_full, n_any, offs_m, offs_d, kv_len,
-        qk_scale, dropout_p, seed, bh, HEAD_DIM, BLOCK_N, SPARSE, True, DROPOUT, PREC, UPCAST, LIST_MODE, MAX_LIST,
+        qk_scale, seed, offset, threshold, bh, HEAD_DIM, BLOCK_N, SPARSE, True, DROPOUT, PREC, UPCAST,
+        LIST_IN_REGS, MAX_LIST,
     )  # fmt: skip
 
+    # Padded query rows (NaN or inf in them included) and rows that attend to nothing are selected to zero.
     valid = (offs_m < q_len) & (l_i > 0)
-    inv_l = tl.where(valid, 1.0 / tl.where(valid, l_i, 1.0), 0.0)
+    inv_l = 1.0 / tl.where(valid, l_i, 1.0)
     if DROPOUT:
-        inv_l = inv_l / (1.0 - dropout_p)
-    out = acc * inv_l[:, None]
+        inv_l = inv_l * keep_scale
+    out = tl.where(valid[:, None], acc * inv_l[:, None], 0.0)
     # Rows that attend to nothing get lse = +inf: the backward's exp2(s - lse) is then exactly 0 for them.
     lse = tl.where(valid, m_i + tl.math.log2(tl.where(valid, l_i, 1.0)), float("inf"))
     o_base = Out + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh

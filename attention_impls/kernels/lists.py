@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from lra.core.numbers import ceil_div
+
 PAD_INDEX = 1 << 30
 
 
@@ -24,14 +26,14 @@ def expand_layout(layout: torch.Tensor, block: int, tile_m: int, tile_n: int, nq
             f"kernel tiles ({tile_m} x {tile_n}) must divide the layout block size {block}; "
             f"choose tiles <= {block} (powers of two) or a layout block that is a multiple of them"
         )
-    need_q, need_k = -(-nq // block), -(-nk // block)
+    need_q, need_k = ceil_div(nq, block), ceil_div(nk, block)
     if layout.shape[1] < need_q or layout.shape[2] < need_k:
         raise ValueError(
             f"layout of {layout.shape[1]} x {layout.shape[2]} blocks of {block} does not cover {nq} queries x {nk} "
             f"keys (needs {need_q} x {need_k}); build the layout for this sequence length"
         )
     tiles = layout.repeat_interleave(block // tile_m, dim=1).repeat_interleave(block // tile_n, dim=2)
-    return tiles[:, : -(-nq // tile_m), : -(-nk // tile_n)]
+    return tiles[:, : ceil_div(nq, tile_m), : ceil_div(nk, tile_n)]
 
 
 def block_lists(mask: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""Tile sizes of the kernel family and their defaults per head dim (tuned on the H200; see notes/flash_kernel.md).
+"""Tile sizes of the kernel family, their defaults per head dim (tuned on the H200; docs/flash_kernel.md, and
+`lra bench tiles` to tune them again), and the head dims the kernels support.
 
 The forward uses (block_m query rows) x (block_n keys). The backward's dK/dV kernel uses (bwd_block_m query rows) x
 (bwd_block_n keys) and its dQ kernel the transpose, (bwd_block_n query rows) x (bwd_block_m keys), as in the Triton
@@ -7,7 +8,7 @@ tutorial: the outer tile is the large one and the loop walks small tiles.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -23,9 +24,16 @@ TILE_OPTIONS = (
 )
 
 
-@dataclass(frozen=True)
+# The head dims the kernels take, the one place they are set (backends declare these, the entry point checks them).
+# The kernels pad the head dim to a power of two >= 16 (BLOCK_D) and mask the rest; multiples of 8 keep 16-bit rows
+# on 16-byte boundaries (full-width vector loads). Above 256 one tile's fp32 accumulators outgrow the registers.
+MAX_HEAD_DIM = 256
+SUPPORTED_HEAD_DIMS = tuple(range(8, MAX_HEAD_DIM + 1, 8))
+
+
+@dataclass(frozen=True, kw_only=True)
 class Tiles:
-    """One complete tile configuration (forward and backward)."""
+    """One complete tile configuration (forward and backward); fields in the order of TILE_OPTIONS."""
 
     block_m: int = 64
     block_n: int = 64
@@ -56,29 +64,44 @@ class Tiles:
             raise ValueError(f"unknown tile option(s) {sorted(unknown)}; valid: {', '.join(TILE_OPTIONS)}")
         return replace(self, **{k: int(v) for k, v in options.items() if v is not None})
 
-    def as_dict(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+    def values(self) -> list[int]:
+        """The fields as a list in TILE_OPTIONS order (how the custom ops take them)."""
+        return [getattr(self, name) for name in TILE_OPTIONS]
 
 
-# Defaults for 16-bit inputs on the H200, by head dim: the fastest of the sweep in notes/flash_kernel.md (device call 1;
+# Defaults for 16-bit inputs on the H200, by head dim: the fastest of the sweep in docs/flash_kernel.md (device call 1;
 # forward and backward tuned separately at the shapes of DESIGN.md section 8 or a shorter proxy).
+# fmt: off
 _H200_16BIT: dict[int, Tiles] = {
-    8: Tiles(128, 32, 4, 3, 32, 128, 4, 3),
-    16: Tiles(64, 64, 4, 3, 32, 128, 4, 3),
-    32: Tiles(64, 128, 4, 3, 32, 64, 4, 3),
-    64: Tiles(128, 64, 8, 3, 64, 64, 4, 2),
-    128: Tiles(64, 64, 4, 3, 64, 64, 4, 2),
+    8: Tiles(block_m=128, block_n=32, num_warps=4, num_stages=3,
+             bwd_block_m=32, bwd_block_n=128, bwd_num_warps=4, bwd_num_stages=3),
+    16: Tiles(block_m=64, block_n=64, num_warps=4, num_stages=3,
+              bwd_block_m=32, bwd_block_n=128, bwd_num_warps=4, bwd_num_stages=3),
+    32: Tiles(block_m=64, block_n=128, num_warps=4, num_stages=3,
+              bwd_block_m=32, bwd_block_n=64, bwd_num_warps=4, bwd_num_stages=3),
+    64: Tiles(block_m=128, block_n=64, num_warps=8, num_stages=3,
+              bwd_block_m=64, bwd_block_n=64, bwd_num_warps=4, bwd_num_stages=2),
+    128: Tiles(block_m=64, block_n=64, num_warps=4, num_stages=3,
+               bwd_block_m=64, bwd_block_n=64, bwd_num_warps=4, bwd_num_stages=2),
 }
 # fp32 tiles hold twice the bytes: smaller tiles keep them within shared memory and registers.
 _H200_FP32: dict[int, Tiles] = {
-    8: Tiles(64, 64, 4, 2, 32, 64, 4, 2),
-    16: Tiles(64, 64, 4, 2, 32, 64, 4, 2),
-    32: Tiles(64, 64, 4, 2, 32, 64, 4, 2),
-    64: Tiles(64, 32, 4, 2, 32, 64, 4, 2),
-    128: Tiles(64, 32, 4, 2, 16, 32, 4, 2),
+    8: Tiles(block_m=64, block_n=64, num_warps=4, num_stages=2,
+             bwd_block_m=32, bwd_block_n=64, bwd_num_warps=4, bwd_num_stages=2),
+    16: Tiles(block_m=64, block_n=64, num_warps=4, num_stages=2,
+              bwd_block_m=32, bwd_block_n=64, bwd_num_warps=4, bwd_num_stages=2),
+    32: Tiles(block_m=64, block_n=64, num_warps=4, num_stages=2,
+              bwd_block_m=32, bwd_block_n=64, bwd_num_warps=4, bwd_num_stages=2),
+    64: Tiles(block_m=64, block_n=32, num_warps=4, num_stages=2,
+              bwd_block_m=32, bwd_block_n=64, bwd_num_warps=4, bwd_num_stages=2),
+    128: Tiles(block_m=64, block_n=32, num_warps=4, num_stages=2,
+               bwd_block_m=16, bwd_block_n=32, bwd_num_warps=4, bwd_num_stages=2),
 }
+# fmt: on
 # The CPU interpreter runs each program in Python: large tiles mean few programs, which is what makes it fast.
-_INTERPRETER = Tiles(64, 64, 4, 1, 64, 64, 4, 1)
+_INTERPRETER = Tiles(
+    block_m=64, block_n=64, num_warps=4, num_stages=1, bwd_block_m=64, bwd_block_n=64, bwd_num_warps=4, bwd_num_stages=1
+)
 
 
 def padded_head_dim(head_dim: int) -> int:

@@ -2,15 +2,15 @@
 
 `bench_attention(...)` returns one row per (backend, head dim, sequence length, mode): milliseconds (median of
 CUDA-event timings after warm-up, fresh random non-zero inputs), TFLOP/s (forward 4*B*H*N^2*D, backward 2.5x the
-forward, both times the layout density for block-sparse backends), peak memory, and a status: "ok", "oom" (recorded,
-not raised) or "unsupported: why". `format_attention_table(rows)` renders them with each backend's speed-up over
-every peer at the same shape. Shapes follow DESIGN.md section 8: batch = batch_tokens // seq, heads = 512 // head_dim
-(8 at head dim 64) unless given.
+forward, both times the layout density for block-sparse backends), peak memory, the attention dropout asked for and
+the one the backend applies (flash quantises p to 1/256), and a status: "ok", "oom" (recorded, not raised) or
+"unsupported: why". A CUDA run on a machine without CUDA is refused before anything runs. `format_attention_table`
+renders the rows with each backend's speed-up over every peer at the same shape. Shapes follow DESIGN.md section 8:
+batch = batch_tokens // seq, heads = 512 // head_dim (8 at head dim 64) unless given.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -21,11 +21,12 @@ import torch
 
 from attention_impls.registry import BACKENDS, backend_options, build_attention, why_cannot_run
 from lra.core.dtypes import dtype_name, parse_dtype
-from lra.core.errors import is_oom
+from lra.core.errors import ConfigError, RunSetupError, is_oom
 from lra.core.progress import make_progress
 
 MODES = ("fwd", "fwd_bwd")
 BWD_FACTOR = 2.5  # backward FLOPs per forward FLOP (FlashAttention paper's convention)
+CPU_MAX_REPS = 50
 
 
 def attention_flops(batch: int, heads: int, seq: int, head_dim: int, mode: str, density: float = 1.0) -> float:
@@ -34,21 +35,36 @@ def attention_flops(batch: int, heads: int, seq: int, head_dim: int, mode: str, 
     return fwd if mode == "fwd" else fwd * (1.0 + BWD_FACTOR)
 
 
-def _time_ms(fn: Callable[[], Any], device: str, warmup_ms: float, rep_ms: float, grads: list[torch.Tensor]) -> float:
+def require_device(device: str) -> None:
+    """Refuse a benchmark on a device this machine does not have, before anything is measured or stored."""
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise RunSetupError(
+            f"bench on {device}: CUDA is not available on this machine; run with --device cpu (slow: small shapes; "
+            "Triton kernels need TRITON_INTERPRET=1 there)"
+        )
+
+
+def time_ms(fn: Callable[[], Any], device: str, warmup_ms: float, rep_ms: float, grads: list[torch.Tensor],
+             on_rep: Callable[[int, int], None] | None = None) -> float:  # fmt: skip
+    """Median milliseconds of fn(): CUDA events via triton's do_bench, else wall clock over at least 3 calls and
+    at most `rep_ms` (on_rep(done, planned) after each CPU call, for progress)."""
     if device == "cuda":
         import triton.testing
 
         return float(
             triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grads, return_mode="median")
         )
-    times = []  # CPU: wall clock, median of a few runs (tests and tiny sweeps)
+    times: list[float] = []
     deadline = time.perf_counter() + rep_ms / 1000.0
-    while len(times) < 3 or (time.perf_counter() < deadline and len(times) < 50):
+    while len(times) < 3 or (time.perf_counter() < deadline and len(times) < CPU_MAX_REPS):
         for g in grads:
             g.grad = None
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1000.0)
+        if on_rep is not None:
+            planned = max(3, min(CPU_MAX_REPS, len(times) + int((deadline - time.perf_counter()) * 1000 / times[-1])))
+            on_rep(len(times), planned)
     return statistics.median(times)
 
 
@@ -66,41 +82,52 @@ def bench_attention(
     warmup_ms: float = 25.0,
     rep_ms: float = 100.0,
     batch: int | None = None,
+    dropout: float = 0.0,
 ) -> list[dict[str, Any]]:
     """Time each backend at each (head dim, seq, mode) in this process; one row per measurement (see module doc).
 
     `layout` goes to every backend that takes a `layout` option (block-sparse ones); `options` maps a backend name to
-    extra options; `batch` overrides batch_tokens // seq (e.g. the Pathfinder shape B=512 at N=1024).
+    extra options; `batch` overrides batch_tokens // seq (e.g. the Pathfinder shape B=512 at N=1024); `dropout` is
+    the attention dropout of every backend (applied in forward-only rows too).
     """
     dt = parse_dtype(dtype)
     modes = tuple(modes)
     bad = [m for m in modes if m not in MODES]
     if bad:
-        raise ValueError(f"unknown mode(s) {bad}; use {MODES}")
+        raise ConfigError(f"unknown mode(s) {bad}; use {MODES}")
+    if not 0.0 <= dropout < 1.0:
+        raise ConfigError(f"--dropout must be in [0, 1), got {dropout}")
+    require_device(device)
     for name in backends:
         BACKENDS.get(name)  # unknown names fail here, listing the known ones
     seqs, head_dims = list(seqs), list(head_dims)
-    dev_name = torch.cuda.get_device_name() if device == "cuda" and torch.cuda.is_available() else device
+    dev_name = torch.cuda.get_device_name() if device == "cuda" else device
+    shape = {"layout": layout, "device": device, "options": options, "dropout": dropout}
+    timing = {"warmup_ms": warmup_ms, "rep_ms": rep_ms}
     rows: list[dict[str, Any]] = []
-    total = len(seqs) * len(head_dims) * len(backends) * len(modes)
     with make_progress() as progress:
-        task = progress.add_task("bench attention", total=total)
+        overall = progress.add_task("bench attention", total=len(seqs) * len(head_dims) * len(backends) * len(modes))
+        current = progress.add_task("row", total=None)
         for d in head_dims:
             h = heads if heads is not None else max(1, 512 // d)
             for n in seqs:
                 b = batch if batch is not None else max(1, batch_tokens // n)
                 for name in backends:
                     for mode in modes:
-                        progress.update(task, description=f"{name} N={n} D={d} {mode}")
-                        row = _bench_one(name, n, d, h, b, dt, mode, layout, device, options, warmup_ms, rep_ms)
+                        progress.reset(current, total=None, description=f"{name} N={n} D={d} B={b} {mode}")
+
+                        def on_rep(done: int, planned: int) -> None:
+                            progress.update(current, completed=done, total=planned)
+
+                        row = _bench_one(name, n, d, h, b, dt, mode, **shape, **timing, on_rep=on_rep)
                         row["device"] = dev_name
                         rows.append(row)
-                        progress.advance(task)
+                        progress.advance(overall)
     return rows
 
 
-def _bench_one(name, n, d, h, b, dt, mode, layout, device, options, warmup_ms, rep_ms) -> dict[str, Any]:
-    row: dict[str, Any] = {
+def _row(name, n, d, h, b, dt, mode, dropout) -> dict[str, Any]:
+    return {
         "backend": name,
         "seq": n,
         "head_dim": d,
@@ -108,6 +135,8 @@ def _bench_one(name, n, d, h, b, dt, mode, layout, device, options, warmup_ms, r
         "batch": b,
         "dtype": dtype_name(dt),
         "mode": mode,
+        "dropout": dropout,
+        "dropout_effective": dropout,
         "ms": None,
         "tflops": None,
         "peak_mem_mb": None,
@@ -115,6 +144,11 @@ def _bench_one(name, n, d, h, b, dt, mode, layout, device, options, warmup_ms, r
         "layout": None,
         "status": "ok",
     }
+
+
+def _bench_one(name, n, d, h, b, dt, mode, *, layout, device, options, dropout, warmup_ms, rep_ms,
+               on_rep=None) -> dict[str, Any]:  # fmt: skip
+    row = _row(name, n, d, h, b, dt, mode, dropout)
     reason = why_cannot_run(name, device, dt, d)
     if reason is not None:
         row["status"] = f"unsupported: {reason}"
@@ -125,30 +159,11 @@ def _bench_one(name, n, d, h, b, dt, mode, layout, device, options, warmup_ms, r
         row["layout"] = layout if isinstance(layout, str) else json.dumps(layout, default=str)
     tensors: list[torch.Tensor] = []
     try:
-        attn = build_attention(name, heads=h, head_dim=d, seq_len=n, options=opts).to(device)
-        attn.train(mode == "fwd_bwd")
-        density = float(attn.density(n))
-        row["density"] = density
-        gen = torch.Generator(device=device).manual_seed(torch.seed() % 2**31)
-        q, k, v = (torch.randn(b, h, n, d, device=device, dtype=dt, generator=gen) for _ in range(3))
-        tensors = [q, k, v]
-        if mode == "fwd":
-
-            def fn():
-                with torch.no_grad():
-                    attn(q, k, v)
-
-            grads: list[torch.Tensor] = []
-        else:
-            for t in tensors:
-                t.requires_grad_(True)
-            dout = torch.randn(b, h, n, d, device=device, dtype=dt, generator=gen)
-            tensors.append(dout)
-
-            def fn():
-                attn(q, k, v).backward(dout)
-
-            grads = [q, k, v]
+        attn = build_attention(name, heads=h, head_dim=d, seq_len=n, dropout=dropout, options=opts).to(device)
+        attn.train(mode == "fwd_bwd" or dropout > 0)
+        row["density"] = float(attn.density(n))
+        row["dropout_effective"] = float(getattr(attn, "effective_dropout", dropout))
+        fn, grads, tensors = _call(attn, b, h, n, d, dt, mode, device)
         if device == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -156,9 +171,9 @@ def _bench_one(name, n, d, h, b, dt, mode, layout, device, options, warmup_ms, r
         if device == "cuda":
             torch.cuda.synchronize()
             row["peak_mem_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
-        ms = _time_ms(fn, device, warmup_ms, rep_ms, grads)
+        ms = time_ms(fn, device, warmup_ms, rep_ms, grads, on_rep)
         row["ms"] = float(f"{ms:.5g}")
-        row["tflops"] = float(f"{attention_flops(b, h, n, d, mode, density) / (ms * 1e-3) / 1e12:.4g}")
+        row["tflops"] = float(f"{attention_flops(b, h, n, d, mode, row['density']) / (ms * 1e-3) / 1e12:.4g}")
     except Exception as err:  # noqa: BLE001 - a benchmark row records the failure and the sweep goes on
         if is_oom(err):
             row["status"] = "oom"
@@ -169,6 +184,27 @@ def _bench_one(name, n, d, h, b, dt, mode, layout, device, options, warmup_ms, r
         if device == "cuda":
             torch.cuda.empty_cache()
     return row
+
+
+def _call(attn, b, h, n, d, dt, mode, device):
+    """(the timed call, the tensors whose .grad it fills, every tensor it holds) on fresh random inputs."""
+    gen = torch.Generator(device=device).manual_seed(torch.seed() % 2**31)
+    q, k, v = (torch.randn(b, h, n, d, device=device, dtype=dt, generator=gen) for _ in range(3))
+    if mode == "fwd":
+
+        def fwd():
+            with torch.no_grad():
+                attn(q, k, v)
+
+        return fwd, [], [q, k, v]
+    for t in (q, k, v):
+        t.requires_grad_(True)
+    dout = torch.randn(b, h, n, d, device=device, dtype=dt, generator=gen)
+
+    def fwd_bwd():
+        attn(q, k, v).backward(dout)
+
+    return fwd_bwd, [q, k, v], [q, k, v, dout]
 
 
 def peer_ratios(rows: Sequence[dict[str, Any]]) -> dict[tuple, dict[str, float]]:
@@ -191,7 +227,8 @@ def format_attention_table(rows: Sequence[dict[str, Any]], title: str = "attenti
 
     ratios = peer_ratios(rows)
     table = Table(title=title)
-    for col in ("backend", "N", "D", "H", "B", "dtype", "mode", "density", "ms", "TFLOP/s", "peak MB", "vs peers"):
+    cols = ("backend", "N", "D", "H", "B", "dtype", "mode", "p", "density", "ms", "TFLOP/s", "peak MB", "vs peers")
+    for col in cols:
         table.add_column(col, justify="left" if col in ("backend", "mode", "vs peers", "dtype") else "right")
     order = sorted(rows, key=lambda r: (r["head_dim"], r["seq"], r["mode"], r["backend"]))
     for r in order:
@@ -206,6 +243,7 @@ def format_attention_table(rows: Sequence[dict[str, Any]], title: str = "attenti
             str(r["batch"]),
             r["dtype"],
             r["mode"],
+            f"{r.get('dropout_effective', r.get('dropout', 0.0)):.4g}",
             f"{r.get('density', 1.0):.3f}",
             f"{r['ms']:.3f}" if ok else "-",
             f"{r['tflops']:.1f}" if ok else "-",
@@ -213,48 +251,3 @@ def format_attention_table(rows: Sequence[dict[str, Any]], title: str = "attenti
             vs if ok else r["status"][:60],
         )
     return table
-
-
-def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """`python -m lra.bench_attention --attn flash,sdpa_flash --seq 1024,4096 --head-dim 64 [--out rows.json]`."""
-    from rich.console import Console
-
-    from lra.core.atomic import write_json
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--attn", required=True, help="comma-separated backend names")
-    ap.add_argument("--seq", default="1024,4096,16384", help="comma-separated sequence lengths")
-    ap.add_argument("--head-dim", default="64")
-    ap.add_argument("--dtype", default="bf16")
-    ap.add_argument("--heads", type=int, default=None)
-    ap.add_argument("--batch", type=int, default=None)
-    ap.add_argument("--batch-tokens", type=int, default=131072)
-    ap.add_argument("--modes", default="fwd,fwd_bwd")
-    ap.add_argument("--layout", default=None, help="layout for block-sparse backends, e.g. butterfly or local,global")
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--out", default=None, help="write the rows as JSON here")
-    a = ap.parse_args(argv)
-    layout = None
-    if a.layout:
-        parts = a.layout.split(",")
-        layout = parts[0] if len(parts) == 1 else parts
-    rows = bench_attention(
-        a.attn.split(","),
-        [int(x) for x in a.seq.split(",")],
-        [int(x) for x in a.head_dim.split(",")],
-        a.dtype,
-        batch_tokens=a.batch_tokens,
-        heads=a.heads,
-        modes=a.modes.split(","),
-        layout=layout,
-        device=a.device,
-        batch=a.batch,
-    )
-    Console(width=200).print(format_attention_table(rows))
-    if a.out:
-        write_json(a.out, rows)
-    return rows
-
-
-if __name__ == "__main__":
-    main()

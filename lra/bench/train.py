@@ -1,9 +1,12 @@
-"""`lra bench train`: time training steps of a task's model for several backends in one process.
+"""`lra bench train`: time the training step of `lra run` (`Trainer.step()`) for several backends in one process.
 
-Per backend: build the task's model, run warm-up steps, then time `steps` training steps (forward, backward,
-optimizer) on real batches of the task with CUDA events (wall clock on CPU) and take the median. Stores steps/s,
-tokens/s, peak memory and the speed-up over `naive` measured in the same run. A backend that runs out of memory is
-recorded with status "oom", one that cannot run here with "unsupported: why"; neither is dropped.
+Per backend and compile mode (train.compile: eager and compiled steps of the same backend in one run): build the
+task's `Trainer` exactly as a run does (same config, schedule, weight-decay groups, grad clipping, autocast,
+compilation, data placement), take warm-up steps, then time `steps` steps on real batches of the task with CUDA
+events (wall clock on CPU) and report the median, with the compile time apart. Stores steps/s, tokens/s, peak memory
+and the speed-ups over `naive` and over eager measured in the same run. A backend that runs out of memory is
+recorded with status "oom", one that cannot run here with "unsupported: why"; neither is dropped. A device that is
+not there is refused before anything runs.
 
 Under a launcher (`--nproc N`, torchrun) every rank trains its slice of the global batch in DistributedDataParallel;
 a step's time is the slowest rank's, tokens/s counts the global batch, and the record carries the world size.
@@ -11,59 +14,58 @@ a step's time is the slowest rank's, tokens/s counts the global batch, and the r
 
 from __future__ import annotations
 
+import copy
 import statistics
 import time
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from attention_impls import why_cannot_run
 from lra.core.environment import environment
+from lra.core.errors import is_oom
+from lra.core.hashing import stable_hash
 from lra.core.progress import make_progress
-from lra.model import build_model
 from lra.train import distributed as dist
-from lra.train.batches import batch_indices, to_batch
-from lra.train.config import config_hash, head_dim_of, load_config
-from lra.train.run import _autocast, resolve_device
+from lra.train.compiled import resolve_mode
+from lra.train.config import load_config
+from lra.train.device import resolve_device
+from lra.train.feed import Feed, TrainBatches, place_split
+from lra.train.trainer import Trainer, build_trainer, cannot_run
 from tasks import build_task
-from tasks.registry import Split
+from tasks.registry import Split, Task
 
 
-def _time_steps(model, optimizer, split, cfg, device, steps: int, warmup: int) -> list[float]:
-    t = cfg["train"]
-    times = []
-    for i in range(warmup + steps):
-        idx = batch_indices(i, len(split), t["batch_size"], t["seed"], dist.rank(), dist.world_size())
-        tokens, labels = to_batch(split, idx, device)
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-        else:
-            t0 = time.perf_counter()
-        with _autocast(device, t["amp"]):
-            logits = model(tokens)
-        loss = F.cross_entropy(logits.float(), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if device.type == "cuda":
-            end.record()
-            end.synchronize()
-            ms = start.elapsed_time(end)
-        else:
-            ms = (time.perf_counter() - t0) * 1e3
-        if dist.world_size() > 1:  # the step took as long as its slowest rank
-            ms = dist.all_reduce_max(torch.tensor([ms], device=device)).item()
-        if i >= warmup:
-            times.append(ms)
-    return times
+def _timed_step(trainer: Trainer, batches: TrainBatches) -> float:
+    """Milliseconds of one `Trainer.step()` on the next batch (gathering or copying it included, as in a run)."""
+    dev = trainer.device
+    if dev.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        batch = batches(trainer.global_step)
+        trainer.step(batch.tokens, batch.labels, batch.padded)
+        end.record()
+        end.synchronize()
+        ms = start.elapsed_time(end)
+    else:
+        t0 = time.perf_counter()
+        batch = batches(trainer.global_step)
+        trainer.step(batch.tokens, batch.labels, batch.padded)
+        ms = (time.perf_counter() - t0) * 1e3
+    if dist.world_size() > 1:  # the step took as long as its slowest rank
+        ms = dist.all_reduce_max(torch.tensor([ms], device=dev)).item()
+    return ms
+
+
+def default_modes(cfg: dict[str, Any], device: torch.device) -> list[str]:
+    """Eager and the config's own train.compile as it resolves on `device` (just eager where that is none)."""
+    return list(dict.fromkeys(["none", resolve_mode(cfg["train"]["compile"], device)]))
 
 
 def bench_train(
     task_name: str,
     backends: list[str],
+    *,
     preset: str | None = None,
     overrides: list[str] | None = None,
     seqs: list[int] | None = None,
@@ -72,17 +74,21 @@ def bench_train(
     device: str | None = None,
     data_dir: str | None = None,
     synthetic: bool = False,
+    compile_modes: list[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """One record per (backend, sequence length); speed-up over naive where naive ran at the same length.
+    """One record per (sequence length, backend, compile mode); speed-ups over naive (same mode and length) and
+    over eager (same backend and length), where both ran in this call.
 
-    `synthetic` times on random full-length tokens instead of the task's data (for tasks whose data is not at hand,
-    e.g. retrieval without the AAN release). Real data is the honest default: padding changes what kernels skip.
+    `compile_modes`: train.compile values to time (default: `default_modes`). `synthetic` times on random
+    full-length tokens instead of the task's data (for tasks whose data is not at hand, e.g. retrieval without the
+    AAN release). Real data is the honest default: padding changes what kernels skip.
     """
     dev = resolve_device(device)
+    for mode in compile_modes or []:
+        resolve_mode(mode, dev)  # an unknown mode is refused before anything runs
     env = environment(dev)
     records = []
     lengths = seqs or [None]
-    world = dist.world_size()
     with make_progress(disable=not dist.is_main()) as progress:
         bar = progress.add_task(f"bench train {task_name}", total=len(lengths) * len(backends))
         for seq in lengths:
@@ -90,76 +96,113 @@ def bench_train(
             cfg = load_config(task_name, preset, list(overrides or []) + extra)
             task = build_task(cfg["task"], data_dir=data_dir, **cfg["data"])
             split = _synthetic_split(task, cfg) if synthetic else task.load("train")
-            seq_tokens = task.seq_len * (2 if task.pair else 1)
+            feed = place_split(split, dev, placement=cfg["train"]["data_placement"], pair=task.pair,
+                               vocab_size=task.vocab_size)  # fmt: skip
             for backend in backends:
                 progress.update(bar, description=f"bench train {task_name} N={task.seq_len} {backend}")
-                rec: dict[str, Any] = {
-                    "kind": "bench_train",
-                    "task": cfg["task"],
-                    "backend": backend,
-                    "preset": cfg["preset"],
-                    "seq_len": task.seq_len,
-                    "batch_size": cfg["train"]["batch_size"],
-                    "config": cfg,
-                    "config_hash": config_hash(cfg),
-                    "timed_steps": steps,
-                    "world_size": world,
-                    "data": "synthetic full-length tokens" if synthetic else "task data",
-                    **env,
-                }
-                reason = why_cannot_run(backend, dev, None, head_dim_of(cfg))
-                if reason:
-                    rec.update(status=f"unsupported: {reason}", metrics={})
-                else:
-                    rec.update(_measure(cfg, task, split, backend, dev, steps, warmup, seq_tokens))
-                records.append(rec)
+                for mode in compile_modes or default_modes(cfg, dev):
+                    mode_cfg = copy.deepcopy(cfg)
+                    mode_cfg["train"]["compile"] = mode
+                    rec = _record(mode_cfg, task, backend, synthetic=synthetic, timed_steps=steps, env=env)
+                    rec["data_on_device"] = feed.resident
+                    reason = cannot_run(cfg, backend, dev)
+                    if reason:
+                        rec.update(status=f"unsupported: {reason}", metrics={}, compile=_requested(mode, dev))
+                    else:
+                        rec.update(_measure(mode_cfg, task, feed, backend, dev, steps=steps, warmup=warmup))
+                    records.append(rec)
                 progress.advance(bar)
-    for rec in records:
-        base = next(
-            (r for r in records if r["backend"] == "naive" and r["seq_len"] == rec["seq_len"] and r["status"] == "ok"),
-            None,
-        )
-        if rec["status"] == "ok" and base is not None:
-            rec["metrics"]["speedup_vs_naive"] = rec["metrics"]["steps_per_s"] / base["metrics"]["steps_per_s"]
+    _add_speedups(records)
     return records
 
 
-def _synthetic_split(task, cfg) -> Split:
+def _requested(mode: str, dev: torch.device) -> dict[str, Any]:
+    return {"mode": resolve_mode(mode, dev), "requested": mode, "fallback": None}
+
+
+def _record(cfg, task: Task, backend: str, *, synthetic: bool, timed_steps: int, env: dict) -> dict[str, Any]:
+    """The record's fields before measuring. Its config_hash covers every setting, the speed-only ones
+    (train.compile, data placement) included: for a benchmark they are what decides the result."""
+    return {
+        "kind": "bench_train",
+        "task": cfg["task"],
+        "backend": backend,
+        "preset": cfg["preset"],
+        "seq_len": task.seq_len,
+        "batch_size": cfg["train"]["batch_size"],
+        "config": cfg,
+        "config_hash": stable_hash(cfg),
+        "timed_steps": timed_steps,
+        "world_size": dist.world_size(),
+        "data": "synthetic full-length tokens" if synthetic else "task data",
+        **env,
+    }
+
+
+def _add_speedups(records: list[dict[str, Any]]) -> None:
+    """speedup_vs_naive: steps/s over naive's at the same length and requested compile mode; speedup_vs_eager: over
+    the same backend's eager step (train.compile=none) at the same length. Only where both ran in this call."""
+    ok = [r for r in records if r["status"] == "ok"]
+    naive = {(r["seq_len"], r["compile"]["requested"]): r for r in ok if r["backend"] == "naive"}
+    eager = {(r["seq_len"], r["backend"]): r for r in ok if r["compile"]["requested"] == "none"}
+    for rec in ok:
+        m = rec["metrics"]
+        for key, base in (
+            ("speedup_vs_naive", naive.get((rec["seq_len"], rec["compile"]["requested"]))),
+            ("speedup_vs_eager", eager.get((rec["seq_len"], rec["backend"]))),
+        ):
+            if base is not None:
+                m[key] = m["steps_per_s"] / base["metrics"]["steps_per_s"]
+
+
+def _synthetic_split(task: Task, cfg: dict[str, Any]) -> Split:
     n = 4 * cfg["train"]["batch_size"]
     shape = (n, 2, task.seq_len) if task.pair else (n, task.seq_len)
     rng = np.random.default_rng(0)
     return Split(rng.integers(1, task.vocab_size, size=shape), rng.integers(0, task.num_classes, size=n))
 
 
-def _measure(cfg, task, split, backend, dev, steps, warmup, seq_tokens) -> dict[str, Any]:
-    torch.manual_seed(cfg["train"]["seed"])
-    model = optimizer = None
+def _measure(cfg, task: Task, feed: Feed, backend: str, dev: torch.device, *, steps: int, warmup: int) -> dict:
+    """Time `steps` steps after `warmup`; status "ok" with metrics, "oom", or "unsupported: why".
+
+    The first step holds compilation (and CUDA-graph recording follows in the next ones): `compile_s` is the first
+    step's time minus a steady step's, `first_step_ms` the first step itself.
+    """
+    t = cfg["train"]
+    trainer = batches = None
     try:
-        model = build_model(cfg, task.vocab_size, task.seq_len, task.num_classes, task.pair, backend).to(dev)
-        model.train()
-        model = dist.wrap(model, dev)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        trainer = build_trainer(cfg, task, backend, dev)
+        batches = TrainBatches(feed, batch_size=t["batch_size"], seed=t["seed"], rank=dist.rank(),
+                               world=dist.world_size())  # fmt: skip
         if dev.type == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(dev)
-        times = _time_steps(model, optimizer, split, cfg, dev, steps, warmup)
-        ms = statistics.median(times)
+        times = [_timed_step(trainer, batches) for _ in range(warmup + steps)]
+        ms = statistics.median(times[warmup:])
         sps = 1e3 / ms
         return {
             "status": "ok",
+            "compile": trainer.loss.effective(),
             "metrics": {
                 "ms_per_step": ms,
                 "steps_per_s": sps,
-                "tokens_per_s": sps * cfg["train"]["batch_size"] * seq_tokens,
+                "tokens_per_s": sps * t["batch_size"] * task.seq_len * (2 if task.pair else 1),
                 "peak_mem_mb": torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None,
-                "ms_spread": [min(times), max(times)],
+                "ms_spread": [min(times[warmup:]), max(times[warmup:])],
+                "first_step_ms": times[0],
+                "compile_s": max(times[0] - ms, 0.0) / 1e3,
             },
         }
-    except torch.OutOfMemoryError:
-        return {"status": "oom", "metrics": {}}
-    except (ValueError, NotImplementedError) as e:  # a backend that refuses this config (e.g. no dropout support)
-        return {"status": f"unsupported: {e}", "metrics": {}}
+    except (ValueError, NotImplementedError) as e:  # a backend that refuses this config at build or forward time
+        return {"status": f"unsupported: {e}", "metrics": {}, "compile": _requested(t["compile"], dev)}
+    except Exception as e:
+        if is_oom(e):
+            return {"status": "oom", "metrics": {}, "compile": _requested(t["compile"], dev)}
+        raise
     finally:
-        del model, optimizer
+        if batches is not None:
+            batches.close()
+        del trainer, batches
+        torch._dynamo.reset()  # free the compiled graphs (and CUDA-graph memory) before the next backend
         if dev.type == "cuda":
             torch.cuda.empty_cache()

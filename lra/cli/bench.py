@@ -1,29 +1,11 @@
-"""`lra bench attention|train` and `lra numerics forward|weights`: argument parsing and record storage."""
+"""`lra bench attention|tiles|train`: argument parsing, tables and record storage."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 
+from lra.cli.args import add_device, add_results, csv_list, int_list
 from lra.core.progress import console, out
-
-
-def csv_list(text: str) -> list[str]:
-    """'a, b,c' -> ['a', 'b', 'c']."""
-    return [x.strip() for x in text.split(",") if x.strip()]
-
-
-def int_list(text: str) -> list[int]:
-    """'512,1k,4K' -> [512, 1024, 4096]; anything else is a clear error."""
-    out = []
-    for x in csv_list(text):
-        x = x.lower()
-        mult = 1024 if x.endswith("k") else 1
-        try:
-            out.append(int(x.rstrip("k")) * mult)
-        except ValueError:
-            raise ValueError(f"{x!r} is not a length; use integers such as 512,1024 or 1k,4k") from None
-    return out
 
 
 def _store(records, results) -> None:
@@ -43,7 +25,7 @@ def cmd_bench_train(args) -> int:
     if args.nproc > 1:
         from lra.train.launch import launch_local
 
-        return launch_local(args.nproc, sys.argv[1:])
+        return launch_local(args.nproc, args.argv)
     dist.init_from_env(args.device)
     main = dist.is_main()
     try:
@@ -58,24 +40,30 @@ def cmd_bench_train(args) -> int:
             device=args.device,
             data_dir=args.data_dir,
             synthetic=args.synthetic,
+            compile_modes=csv_list(args.compile) if args.compile else None,
         )
     finally:
         dist.shutdown()
     if not main:
         return 0
     t = Table(title=f"bench train {args.task} ({recs[0]['world_size']} process(es))" if recs else "bench train")
-    for col in ("backend", "seq", "status", "ms/step", "steps/s", "tokens/s", "peak MB", "vs naive"):
+    columns = ("backend", "seq", "compile", "status", "ms/step", "steps/s", "tokens/s", "peak MB", "compile s",
+               "vs eager", "vs naive")  # fmt: skip
+    for col in columns:
         t.add_column(col)
     for r in recs:
-        m = r["metrics"]
+        m, c = r["metrics"], r["compile"]
         t.add_row(
             r["backend"],
             str(r["seq_len"]),
+            c["mode"] + (" (fallback)" if c["fallback"] else ""),
             r["status"][:60],
             f"{m['ms_per_step']:.1f}" if m else "-",
             f"{m['steps_per_s']:.2f}" if m else "-",
             f"{m['tokens_per_s']:,.0f}" if m else "-",
             f"{m['peak_mem_mb']:,.0f}" if m and m.get("peak_mem_mb") else "-",
+            f"{m['compile_s']:.1f}" if m and c["mode"] != "none" else "-",
+            f"{m['speedup_vs_eager']:.2f}x" if m.get("speedup_vs_eager") else "-",
             f"{m['speedup_vs_naive']:.2f}x" if m.get("speedup_vs_naive") else "-",
         )
     out.print(t)
@@ -100,8 +88,10 @@ def cmd_bench_attention(args) -> int:
         int_list(args.head_dim),
         dtype,
         batch_tokens=args.batch_tokens,
+        batch=args.batch,
         modes=tuple(csv_list(args.modes)),
         device=args.device,
+        dropout=args.dropout,
         **kwargs,
     )
     out.print(format_attention_table(rows))
@@ -113,13 +103,33 @@ def cmd_bench_attention(args) -> int:
     return 0
 
 
-def add_bench(sub) -> None:
+def cmd_bench_tiles(args) -> int:
+    from lra.bench.tiles import format_tiles_table, tune_tiles
+    from lra.core.errors import ConfigError
+
+    shape = tuple(int_list(args.shape)) if args.shape else None
+    if shape is not None and len(shape) != 3:
+        raise ConfigError(f"--shape {args.shape!r}: give batch,heads,seq, e.g. 64,2,16384")
+    record = tune_tiles(int_list(args.head_dim), dtype=args.dtype, dropout=args.dropout, shape=shape,
+                        device=args.device, jobs=args.jobs)  # fmt: skip
+    out.print(format_tiles_table(record))
+    for res in record["results"]:
+        fields = ", ".join(f"{k}={v}" for k, v in res["best"].items())
+        out.print(f"    {res['head_dim']}: Tiles({fields}),", soft_wrap=True)
+    if not args.no_record:
+        from lra.core.environment import environment
+
+        _store([{**environment(args.device), **record}], args.results)
+    return 0
+
+
+def add_parser(sub) -> None:
+    """Add `bench` with its sub-commands to the `lra` sub-parsers `sub`."""
     p = sub.add_parser("bench", help="benchmarks: attention kernels, training steps")
     bsub = p.add_subparsers(dest="bench_cmd", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--device", default="cuda", help="device (default cuda)")
-    common.add_argument("--results", default=None, metavar="DIR", help="results store (default: leaderboard/results)")
-    common.add_argument("--no-record", action="store_true", help="print only; store nothing")
+    add_device(common, default="cuda", help="cpu, cuda or cuda:N (default: cuda)")
+    add_results(common)
 
     a = bsub.add_parser("attention", parents=[common], help="forward and forward+backward time, TFLOP/s, memory")
     a.add_argument("--attn", required=True, help="comma-separated backends, e.g. flash,sdpa_flash,naive")
@@ -130,7 +140,17 @@ def add_bench(sub) -> None:
     a.add_argument("--batch-tokens", type=int, default=131072, help="batch * seq (default 131072)")
     a.add_argument("--modes", default="fwd,fwd_bwd")
     a.add_argument("--layout", default=None, help="block-sparse layout for sparse backends, e.g. butterfly")
+    a.add_argument("--batch", type=int, default=None, help="batch size (default: batch-tokens // seq)")
+    a.add_argument("--dropout", type=float, default=0.0, metavar="P", help="attention dropout (default 0)")
     a.set_defaults(func=cmd_bench_attention)
+
+    tl = bsub.add_parser("tiles", parents=[common], help="tune the flash kernels' tiles per head dim")
+    tl.add_argument("--head-dim", default="8,16,32,64,128", help="comma-separated head dims")
+    tl.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
+    tl.add_argument("--dropout", type=float, default=0.0, metavar="P", help="attention dropout while timing")
+    tl.add_argument("--shape", default=None, metavar="B,H,N", help="batch, heads, seq for every head dim")
+    tl.add_argument("--jobs", type=int, default=1, help="processes that compile the candidates first")
+    tl.set_defaults(func=cmd_bench_tiles)
 
     t = bsub.add_parser("train", parents=[common], help="training steps/s, tokens/s, memory, speed-up vs naive")
     t.add_argument("task")
@@ -143,14 +163,12 @@ def add_bench(sub) -> None:
     t.add_argument("--data-dir", default=None)
     t.add_argument("--synthetic", action="store_true", help="random full-length tokens instead of the task's data")
     t.add_argument(
+        "--compile",
+        default=None,
+        metavar="MODES",
+        help="comma-separated train.compile modes to time, e.g. none,default,max (default: none and the config's)",
+    )
+    t.add_argument(
         "--nproc", type=int, default=1, help="time data-parallel steps over N local processes (DDP; global batch kept)"
     )
     t.set_defaults(func=cmd_bench_train)
-
-
-def add_numerics(sub) -> None:
-    try:
-        from lra.cli.numerics import add_numerics_parser
-    except ImportError:
-        return
-    add_numerics_parser(sub)

@@ -2,10 +2,13 @@
 
 LRA: Tay et al. 2020, "Long Range Arena", Table 1 (test accuracy, %; FAIL = not above chance on Path-X).
 FlashAttention: Dao et al. 2022, Table 3 (LRA accuracy and training speed-up over their Transformer) and Table 6
-(Path-X, Path-256).
+(Path-X, Path-256). Each paper's rows are compared with runs of the recipe it trained with: the LRA paper's with the
+LRA configs (preset `default`), the FlashAttention paper's with its recipe (preset `fa-paper`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 LRA_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
 
@@ -49,3 +52,52 @@ FLASH_PAPER_SPEEDUP: dict[str, float] = {
     "Reformer": 1.3,
     "Smyrf": 1.7,
 }
+
+
+@dataclass(frozen=True)
+class Paper:
+    """A paper's accuracy rows and the preset whose recipe they were trained with (the rows are matched to it)."""
+
+    name: str
+    cite: str
+    preset: str
+    rows: dict[str, dict[str, float | None]]
+    counterparts: dict[str, str]  # our backend -> the paper's row of the same attention
+
+
+_EXACT = ("naive", "sdpa_flash", "sdpa_cudnn", "sdpa_mem_efficient", "sdpa_math", "flex", "flash_blockwise")
+_EXACT += ("flash_attn",)
+
+PAPERS = (
+    Paper(
+        "LRA paper",
+        "Tay et al. 2020, Table 1",
+        "default",
+        LRA_PAPER,
+        {
+            **dict.fromkeys(_EXACT, "Transformer"),
+            **{"flash": "Transformer", "local": "Local Attention"},
+            **{"sparse_transformer": "Sparse Trans.", "longformer": "Longformer", "linformer": "Linformer"},
+            **{"reformer": "Reformer", "sinkhorn": "Sinkhorn Trans.", "synthesizer": "Synthesizer"},
+            **{"bigbird": "BigBird", "linear": "Linear Trans.", "performer": "Performer"},
+        },
+    ),
+    Paper(
+        "FlashAttention paper",
+        "Dao et al. 2022, Tables 3 and 6",
+        "fa-paper",
+        FLASH_PAPER,
+        {
+            **dict.fromkeys(_EXACT, "Transformer"),
+            **{"flash": "FlashAttention", "block_sparse_flash": "Block-sparse FlashAttention"},
+            **{"linformer": "Linformer", "linear": "Linear Attention", "performer": "Performer"},
+            **{"local": "Local Attention", "reformer": "Reformer", "smyrf": "Smyrf"},
+        },
+    ),
+)
+SPEEDUP_PRESET = "fa-paper"  # FLASH_PAPER_SPEEDUP was measured on the FlashAttention paper's recipe
+
+
+def paper_for(preset: str) -> Paper | None:
+    """The paper whose rows were trained with `preset`'s recipe."""
+    return next((p for p in PAPERS if p.preset == preset), None)

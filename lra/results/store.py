@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from lra.core.atomic import write_json
 from lra.core.environment import REPO_ROOT
+from lra.core.errors import DataCorruptError
 
 
 def results_dir() -> Path:
@@ -38,30 +39,82 @@ def _slug(text: str) -> str:
 
 
 def save_record(record: dict[str, Any], store: str | os.PathLike[str] | None = None) -> Path:
-    """Write `record` atomically as a new JSON file in the store; returns its path."""
+    """Write `record` as a new JSON file in the store and return its path.
+
+    The file is written whole under a temporary name, then hard-linked to the first free name, which fails rather
+    than overwrites when another process took that name first: records saved at the same moment (a sweep's runs)
+    never replace each other.
+    """
     store = Path(store) if store is not None else results_dir()
     stamp = record.get("date", "").replace(":", "").replace("-", "")
-    parts = [record.get("kind", "record"), record.get("task"), record.get("backend"), record.get("preset"), stamp]
+    seed = (record.get("config") or {}).get("train", {}).get("seed")
+    parts = [record.get("kind", "record"), record.get("task"), record.get("backend"), record.get("preset")]
+    parts += [f"s{seed}" if seed is not None and record.get("kind") == "run" else None, stamp]
     base = _slug("__".join(str(p) for p in parts if p))
-    path = store / f"{base}.json"
-    i = 1
-    while path.exists():
-        path = store / f"{base}_{i}.json"
-        i += 1
-    write_json(path, record)
+    store.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=store)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=2, sort_keys=True, default=str)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        i = 0
+        while True:
+            path = store / (f"{base}.json" if i == 0 else f"{base}_{i}.json")
+            try:
+                os.link(tmp, path)  # fails, never overwrites, when the name is taken
+                break
+            except FileExistsError:
+                i += 1
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
 def load_records(store: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
-    """Every record in the store, each with its file name under '_file', sorted by file name."""
+    """Every record in the store, sorted by file name, each with its file name under '_file', its resolved path
+    under '_path' and the store's label (`store_label`) under '_store'. A missing store holds no records."""
     store = Path(store) if store is not None else results_dir()
+    label = store_label(store)
     out = []
     for path in sorted(store.glob("*.json")):
         try:
             with open(path, encoding="utf-8") as f:
                 rec = json.load(f)
         except (OSError, json.JSONDecodeError) as e:
-            raise ValueError(f"results store: {path} is not a readable JSON record ({e}); fix or remove it") from None
-        rec["_file"] = path.name
+            msg = f"results store: {path} is not a readable JSON record ({e}); fix or remove it"
+            raise DataCorruptError(msg) from None
+        if not isinstance(rec, dict):
+            raise DataCorruptError(f"results store: {path} holds a {type(rec).__name__}, not a record; remove it")
+        rec.update(_file=path.name, _path=str(path.resolve()), _store=label)
         out.append(rec)
     return out
+
+
+def default_stores() -> list[Path]:
+    """What `lra leaderboard` reads without `--results`: the curated records and the user's store."""
+    stores = [curated_dir(), results_dir()]
+    return stores[:1] if stores[0].resolve() == stores[1].resolve() else stores
+
+
+def store_label(store: str | os.PathLike[str]) -> str:
+    """'curated' for leaderboard/results, 'user' for the user's store, else the folder as `display_path` shows it."""
+    resolved = Path(store).expanduser().resolve()
+    if resolved == curated_dir().resolve():
+        return "curated"
+    if resolved == results_dir().resolve():
+        return "user"
+    return display_path(store)
+
+
+def display_path(path: str | os.PathLike[str]) -> str:
+    """A path as a reader knows it: relative to the checkout inside it, `~/...` under the home folder."""
+    resolved = Path(path).expanduser().resolve()
+    for base, prefix in ((REPO_ROOT.resolve(), ""), (Path.home().resolve(), "~/")):
+        if resolved.is_relative_to(base):
+            rel = resolved.relative_to(base).as_posix()
+            return prefix + rel if rel != "." else (prefix or ".")
+    return resolved.as_posix()

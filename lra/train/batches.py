@@ -1,46 +1,52 @@
 """Deterministic batches: the examples of step s are a pure function of (seed, s), so a resumed run sees the same data.
 
 Each epoch is a seeded permutation of the training split (the last partial batch is dropped). With several
-processes the global batch is cut into equal contiguous slices, one per rank.
+processes the global batch is cut into equal contiguous slices, one per rank. lra.train.feed turns the indices into
+device batches.
 """
 
 from __future__ import annotations
 
-import numpy as np
-import torch
+import functools
 
-from tasks.registry import Split
+import numpy as np
 
 
 def batch_indices(
     step: int, num_examples: int, batch_size: int, seed: int, rank: int = 0, world: int = 1
 ) -> np.ndarray:
     """Indices of the examples this rank trains on at `step` (0-based)."""
+    epoch, pos = divmod(step, steps_per_epoch(num_examples, batch_size, world))
+    batch = epoch_order(seed, epoch, num_examples)[pos * batch_size : (pos + 1) * batch_size]
+    per_rank = batch_size // world
+    return batch[rank * per_rank : (rank + 1) * per_rank]
+
+
+def steps_per_epoch(num_examples: int, batch_size: int, world: int = 1) -> int:
+    """Full batches per epoch; a clear error when the batch does not divide among the processes or the split is
+    smaller than one batch."""
     if batch_size % world:
         raise ValueError(f"the global batch size {batch_size} does not divide among {world} processes")
     per_epoch = num_examples // batch_size
     if per_epoch == 0:
         raise ValueError(f"the training split has {num_examples} examples, fewer than one batch of {batch_size}")
-    epoch, pos = divmod(step, per_epoch)
+    return per_epoch
+
+
+@functools.lru_cache(maxsize=2)
+def epoch_order(seed: int, epoch: int, num_examples: int) -> np.ndarray:
+    """The seeded permutation of epoch `epoch` (read-only; cached: drawing it for 160k examples takes milliseconds,
+    more than a compiled step)."""
     order = np.random.default_rng([seed, epoch]).permutation(num_examples)
-    batch = order[pos * batch_size : (pos + 1) * batch_size]
+    order.flags.writeable = False
+    return order
+
+
+def epoch_batches(epoch: int, num_examples: int, batch_size: int, seed: int, rank: int = 0, world: int = 1):
+    """This rank's batches of a whole epoch as rows of a (steps_per_epoch, batch_size // world) array, each row
+    sorted: row p holds the examples of `batch_indices` at step epoch * steps_per_epoch + p, in the order a batch
+    is read (sorted reads are faster on memory-mapped caches; the order within a batch is irrelevant)."""
+    per_epoch = steps_per_epoch(num_examples, batch_size, world)
     per_rank = batch_size // world
-    return batch[rank * per_rank : (rank + 1) * per_rank]
-
-
-def to_batch(split: Split, idx: np.ndarray, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids (int64) and labels for the examples `idx`, on `device`."""
-    order = np.sort(idx)  # sorted reads are faster on memory-mapped caches; the order within a batch is irrelevant
-    tokens = torch.from_numpy(np.ascontiguousarray(split.tokens[order]).astype(np.int64))
-    labels = torch.from_numpy(np.asarray(split.labels[order]).astype(np.int64))
-    return tokens.to(device, non_blocking=True), labels.to(device, non_blocking=True)
-
-
-def eval_batches(num_examples: int, batch_size: int, limit: int = 0, rank: int = 0, world: int = 1):
-    """Contiguous evaluation batches over a split (first `limit` batches when limit > 0), rank-strided."""
-    starts = list(range(0, num_examples, batch_size))
-    if limit:
-        starts = starts[:limit]
-    for i in range(rank, len(starts), world):
-        s = starts[i]
-        yield np.arange(s, min(s + batch_size, num_examples))
+    order = epoch_order(seed, epoch, num_examples)[: per_epoch * batch_size]
+    return np.sort(order.reshape(per_epoch, world, per_rank)[:, rank], axis=-1)

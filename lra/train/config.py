@@ -1,8 +1,9 @@
 """Run configuration: a task's YAML, a preset overlay, then `--set key=value` overrides, validated and hashed.
 
 A config has the sections `task`, `data` (the task's own settings), `model`, `train`, `attention` (per-backend
-options, keyed by backend name) and `presets` (overlays: `tiny`, `full`). Every key must be known: a typo is an error
-that lists the valid keys, never a silently ignored setting.
+options, keyed by backend name) and `presets` (overlays: `tiny`, `fa-paper`). Every key must be known: a typo is an
+error that lists the valid keys, never a silently ignored setting. Every model, train and data setting has a declared
+type and range (lra.train.settings), checked on the merged config, so YAML and `--set` values are checked alike.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import yaml
 
 from lra.core.errors import ConfigError
 from lra.core.hashing import stable_hash
+from lra.train.settings import check_settings, data_settings
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
@@ -36,7 +38,7 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "batch_size": 32,
     "steps": 1000,
     "lr": 1e-3,
-    "schedule": "rsqrt",  # rsqrt | cosine | constant
+    "schedule": "rsqrt",  # rsqrt | cosine | linear | constant
     "warmup": 100,
     "weight_decay": 0.0,
     "betas": [0.9, 0.98],
@@ -46,11 +48,18 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "eval_batches": 0,  # 0: the whole split
     "checkpoint_every": 0,  # 0: at every evaluation
     "log_every": 10,
-    "amp": "bf16",  # bf16 autocast on CUDA; none: full precision. Ignored on CPU.
+    "amp": "bf16",  # bf16 (fp16) autocast on CUDA; none: full precision. Ignored on CPU (but by the numerics study)
     "seed": 0,
     "init_from": None,  # a run directory or checkpoint to start from (positions upsampled on the 2-D grid)
     "acc_thresholds": [0.5, 0.6, 0.7],  # record wall-clock time when validation accuracy first reaches these
+    # How fast, not what: these three change no result (beyond float rounding) and stay out of the config hash.
+    "compile": "auto",  # none | default | max (lra.train.compiled); auto: none on the CPU, max on CUDA
+    "eval_batch_size": None,  # None: 4 x batch_size (evaluation needs no activations for a backward)
+    "data_placement": "auto",  # device | host; auto: splits that fit stay in GPU memory, the rest on the host
 }
+
+# Settings that change the speed of a run but not its result: resuming or aggregating across them is the same run.
+SPEED_SETTINGS = ("compile", "eval_batch_size", "data_placement")
 
 SECTIONS = ("task", "data", "model", "train", "attention")
 
@@ -166,7 +175,7 @@ def _nest(parts: list[str], value: Any) -> dict[str, Any]:
 
 def load_config(task: str, preset: str | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
     """The resolved config for `task` (a name or a YAML path) with `preset` and `--set` overrides applied."""
-    from tasks.registry import task_options
+    from tasks.registry import TASKS, task_options
 
     path = config_path(task)
     raw = read_yaml(path)
@@ -191,31 +200,18 @@ def load_config(task: str, preset: str | None = None, overrides: list[str] | Non
         parts, value = parse_override(item)
         config = _overlay(config, _nest(parts, value), f"--set {item}")
     config["preset"] = preset or "default"
+    check_settings(config, data_settings(TASKS.get(task_name)))
     validate(config)
     return config
 
 
 def validate(config: dict[str, Any]) -> None:
-    """Checks on values that the YAML types cannot express."""
-    m, t = config["model"], config["train"]
-    head_dim = m["head_dim"] or (m["dim"] // m["heads"] if m["heads"] else 0)
+    """Checks across settings (each one's type and range is checked by `check_settings` before)."""
+    m = config["model"]
     if m["head_dim"] is None and m["dim"] % m["heads"]:
         raise ConfigError(
             f"model.dim ({m['dim']}) must be divisible by model.heads ({m['heads']}), or set model.head_dim"
         )
-    if head_dim <= 0:
-        raise ConfigError("model.heads and model.dim must be positive")
-    if m["pos_emb"] not in ("learned", "sinusoidal"):
-        raise ConfigError(f"model.pos_emb must be learned or sinusoidal, got {m['pos_emb']!r}")
-    if m["pool"] not in ("cls", "mean"):
-        raise ConfigError(f"model.pool must be cls or mean, got {m['pool']!r}")
-    if t["schedule"] not in ("rsqrt", "cosine", "constant"):
-        raise ConfigError(f"train.schedule must be rsqrt, cosine or constant, got {t['schedule']!r}")
-    if t["amp"] not in ("bf16", "fp16", "none"):
-        raise ConfigError(f"train.amp must be bf16, fp16 or none, got {t['amp']!r}")
-    for key in ("batch_size", "steps", "eval_every"):
-        if not isinstance(t[key], int) or t[key] <= 0:
-            raise ConfigError(f"train.{key} must be a positive integer, got {t[key]!r}")
 
 
 def head_dim_of(config: dict[str, Any]) -> int:
@@ -223,6 +219,14 @@ def head_dim_of(config: dict[str, Any]) -> int:
     return int(m["head_dim"] or m["dim"] // m["heads"])
 
 
+def outcome_config(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` without the train settings that change speed only (SPEED_SETTINGS): what decides the result."""
+    train = {k: v for k, v in config["train"].items() if k not in SPEED_SETTINGS}
+    return {**config, "train": train}
+
+
 def config_hash(config: dict[str, Any]) -> str:
-    """A short stable hash of the resolved config (what decides the result)."""
-    return stable_hash(config)
+    """A short stable hash of the resolved config's outcome settings: a compiled and an eager run of one config (or
+    runs that differ in evaluation batch size or data placement) share it, and so do records from before these
+    settings existed."""
+    return stable_hash(outcome_config(config))

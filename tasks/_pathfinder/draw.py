@@ -1,5 +1,5 @@
 """The Pathfinder image generator: Linsley et al.'s snake drawing (github.com/drewlinsley/pathfinder, `snakes2.py`),
-rewritten around precomputed stamps so that it runs 15-180x faster than the original (notes/pathfinder.md).
+rewritten around precomputed stamps so that it runs 15-180x faster than the original (docs/pathfinder.md).
 
 An image holds two target snakes of `contour_length` paddles whose tails sit `seed_distance` apart, short distractor
 snakes, and two circle markers. Label 1: the markers sit on both ends of one target snake; label 0: on the tail of one
@@ -294,7 +294,6 @@ def _grow(g: Geometry, canvas, alive: np.ndarray, heads: _Heads, n_paddles: int,
     )
     cand_dy, cand_dx = g.cand_off[:, 0], g.cand_off[:, 1]
     cand_flat = cand_dy * g.width + cand_dx
-    row_shift = np.arange(k)[:, None]  # turns per-row sorted cmfs into one sorted array for searchsorted
     for step in range(1, n_paddles):
         for s in range(s_count):
             a = np.flatnonzero(alive)
@@ -325,16 +324,7 @@ def _grow(g: Geometry, canvas, alive: np.ndarray, heads: _Heads, n_paddles: int,
                 hit_rows = rows[starts]
                 blocked = local_keep[local + g.cand_local[cand[rows]]]
                 ok[hit_rows] &= ~np.logical_or.reduceat(blocked, starts, axis=0)
-            w = step_w[prev] * ok
-            width = w.shape[1]
-            cmf = np.cumsum(w, 1, dtype=np.float64)
-            total = cmf[:, -1]
-            live = total >= 1e-4  # the original's dead-end test
-            cmf /= np.where(live, total, 1.0)[:, None]
-            cmf += row_shift[: a.size]
-            u = rng.random((a.size, TRIALS)) + row_shift[: a.size]
-            i = np.searchsorted(cmf.ravel(), u.ravel(), side="right").reshape(a.size, TRIALS)
-            i = np.minimum(i - row_shift[: a.size] * width, width - 1)
+            live, i = _sample(step_w[prev] * ok, rng)
             j = np.take_along_axis(cand, i, 1)
             new = N_SEED + j
             hit = _collisions(canvas, anchor, core, local_keep, core_local, new, rows, local, starts, hit_rows)
@@ -354,6 +344,23 @@ def _grow(g: Geometry, canvas, alive: np.ndarray, heads: _Heads, n_paddles: int,
     stamps = hist_st[:, order]
     anchors = _flat(g, hist_y[:, order], hist_x[:, order])
     return alive, stamps, anchors, _flat(g, end_y, end_x)
+
+
+def _sample(weights: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """TRIALS draws per row of `weights` (A, W), each column with probability proportional to its weight.
+
+    Returns which rows are live (total weight >= 1e-4, the original's dead-end test) and the drawn columns (A, TRIALS).
+    """
+    n, width = weights.shape
+    row_shift = np.arange(n)[:, None]  # turns per-row sorted cmfs into one sorted array for searchsorted
+    cmf = np.cumsum(weights, 1, dtype=np.float64)
+    total = cmf[:, -1]
+    live = total >= 1e-4
+    cmf /= np.where(live, total, 1.0)[:, None]
+    cmf += row_shift
+    u = rng.random((n, TRIALS)) + row_shift
+    i = np.searchsorted(cmf.ravel(), u.ravel(), side="right").reshape(n, TRIALS)
+    return live, np.minimum(i - row_shift * width, width - 1)
 
 
 def _collisions(canvas, anchor, core, local_keep, core_local, new, rows, local, starts, hit_rows) -> np.ndarray:

@@ -42,10 +42,10 @@ class Spec:
     paddle_length: int
     thickness: float
     continuity: float  # turning-angle penalty: weight cos(min(continuity * turn, 90 deg))^2
-    antialias: int
     distractor_budget: int  # number of distractor snakes = distractor_budget // distractor_length
     target_contrast: float  # paddle brightness of the two target snakes (markers are 1.0)
     distractor_contrast: float
+    antialias: int = 2  # supersampling factor of the stamps (the wrapper's default at every resolution)
 
     def distractor_length(self, contour_length: int) -> int:
         return contour_length // 3
@@ -56,13 +56,19 @@ class Spec:
 
 # The original wrapper ran under Python 2, so `contour_length / 3` and `35 / distractor_length` were integer divisions:
 # the release's metadata rows confirm distractor length 4 for contour length 14.
+# At 32 px the targets' paddles get snake contrast 2 x paddle contrast 0.75 = 1.5, distractors the snake contrast alone.
+# fmt: off
 SPECS: dict[int, Spec] = {
-    # snake contrast 2 x paddle contrast 0.75 for the targets; distractors get the snake contrast (2) alone
-    32: Spec(32, 1, (1,), 7, 1.5, 2, 0.5, 1.0, 2, 20, 1.5, 2.0),
-    64: Spec(64, 1, (1,), 12, 2.5, 5, 1.0, 1.8, 2, 22, 0.8, 0.8),
-    128: Spec(128, 1, (2, 3), 20, 3.0, 5, 1.5, 1.8, 2, 35, 0.9, 0.9),
-    256: Spec(256, 22, (3,), 27, 5.0, 5, 2.0, 1.8, 2, 30, 1.0, 1.0),
+    32: Spec(resolution=32, padding=1, margins=(1,), seed_distance=7, marker_radius=1.5, paddle_length=2,
+             thickness=0.5, continuity=1.0, distractor_budget=20, target_contrast=1.5, distractor_contrast=2.0),
+    64: Spec(resolution=64, padding=1, margins=(1,), seed_distance=12, marker_radius=2.5, paddle_length=5,
+             thickness=1.0, continuity=1.8, distractor_budget=22, target_contrast=0.8, distractor_contrast=0.8),
+    128: Spec(resolution=128, padding=1, margins=(2, 3), seed_distance=20, marker_radius=3.0, paddle_length=5,
+              thickness=1.5, continuity=1.8, distractor_budget=35, target_contrast=0.9, distractor_contrast=0.9),
+    256: Spec(resolution=256, padding=22, margins=(3,), seed_distance=27, marker_radius=5.0, paddle_length=5,
+              thickness=2.0, continuity=1.8, distractor_budget=30, target_contrast=1.0, distractor_contrast=1.0),
 }
+# fmt: on
 
 LINK_MASS = {32: 0.94}  # share of the continuity mass the link distance must keep (default 0.99), see _link_distance
 N_SEED = 360  # seed orientations: whole degrees -180..179, stamp id = degrees + 180
@@ -177,80 +183,108 @@ class Geometry:
 
     def __init__(self, spec: Spec, margin: int) -> None:
         self.spec = spec
-        self.margin = m = margin
-        L, t, aa = spec.paddle_length, spec.thickness, spec.antialias
+        self.margin = margin
         self.size = spec.resolution
+        cand_angle = self._candidates()
+        seed_angle = self._seeds()
+        self._stamps(seed_angle, cand_angle)
         contrasts = (spec.target_contrast, spec.distractor_contrast)
+        core_pts = [[_points(y0, x0, ink, c) for (y0, x0, ink) in self.ink] for c in contrasts]
+        for cls in (TARGET, DISTRACTOR):
+            if any(len(p) == 0 for p in core_pts[cls]):
+                raise AssertionError(f"{spec.resolution}px: a paddle draws no foreground pixel")
+        self.link = self._link_distance(core_pts[TARGET])
+        same = contrasts[TARGET] == contrasts[DISTRACTOR]  # one set of tables serves both classes
+        self._canvas(core_pts, same)
+        self._local_tables(core_pts)
+        # seed placement of the first target snake keeps the paddle and its margin inside the allowed box
+        foot = [_dilate_points(core_pts[TARGET][i], _disk_offsets(margin)) for i in range(N_SEED)]
+        self.seed_box = np.array([[f[:, 0].min(), f[:, 0].max(), f[:, 1].min(), f[:, 1].max()] for f in foot])
+        # consecutive paddles must stay within the link distance (else the transition gets weight 0)
+        self.gap_ok = [self._gap_table(core_pts[TARGET])]
+        self.gap_ok.append(self.gap_ok[0] if same else self._gap_table(core_pts[DISTRACTOR]))
+        self._pivot_tables()
+        self._step_tables()
 
-        # candidate heads: the original samples angles one pixel of arc apart on a circle of radius L + m around the
-        # pivot, truncates to pixels and keeps the unique ones
-        radius = L + m
+    def _candidates(self) -> np.ndarray:
+        """Candidate heads: the original samples angles one pixel of arc apart on a circle of radius L + m around the
+        pivot, truncates to pixels and keeps the unique ones. Returns their angles."""
+        length, m = self.spec.paddle_length, self.margin
+        radius = length + m
         step = 360.0 / (2 * radius * math.pi)
         ang = np.arange(0, 360, step) * math.pi / 180
         offs = np.stack([np.floor(radius * np.sin(ang)), np.floor(radius * np.cos(ang))], 1).astype(np.int64)
-        offs = np.unique(offs, axis=0)
+        self.cand_off = offs = np.unique(offs, axis=0)
         self.n_cand = len(offs)
-        self.cand_off = offs
         cand_angle = np.arctan2(offs[:, 0], offs[:, 1])
-        self.cand_next = np.array([_ceil_translate(0, 0, a, L + 2 * m) for a in cand_angle], np.int64)
+        self.cand_next = np.array([_ceil_translate(0, 0, a, length + 2 * m) for a in cand_angle], np.int64)
+        return cand_angle
 
-        # seed paddles
+    def _seeds(self) -> np.ndarray:
+        """Seed paddles in whole-degree orientations: head, pivot and next pivot of each. Returns their angles."""
+        length, m = self.spec.paddle_length, self.margin
         seed_angle = (np.arange(N_SEED) - 180) * math.pi / 180
         self.seed_head = np.zeros((N_SEED, 2), np.int64)
         self.seed_pivot = np.zeros((N_SEED, 2), np.int64)
         self.seed_next = np.zeros((N_SEED, 2), np.int64)
         for i, a in enumerate(seed_angle):
-            hy, hx = _ceil_translate(0, 0, a, L)
-            py, px = _ceil_translate(hy, hx, _flip(a), L + m)
+            hy, hx = _ceil_translate(0, 0, a, length)
+            py, px = _ceil_translate(hy, hx, _flip(a), length + m)
             self.seed_head[i] = hy, hx
             self.seed_pivot[i] = py, px
-            self.seed_next[i] = _ceil_translate(py, px, a, L + 2 * m)
+            self.seed_next[i] = _ceil_translate(py, px, a, length + 2 * m)
+        return seed_angle
 
-        stamps = [_line_stamp((0, 0), a, L, t, aa) for a in seed_angle]
-        stamps += [_line_stamp((int(o[0]), int(o[1])), _flip(a), L, t, aa) for o, a in zip(offs, cand_angle)]
+    def _stamps(self, seed_angle: np.ndarray, cand_angle: np.ndarray) -> None:
+        """The ink of every paddle and of a marker, and the continuity weights between paddle orientations."""
+        spec = self.spec
+        length, t, aa = spec.paddle_length, spec.thickness, spec.antialias
+        stamps = [_line_stamp((0, 0), a, length, t, aa) for a in seed_angle]
+        stamps += [
+            _line_stamp((int(o[0]), int(o[1])), _flip(a), length, t, aa) for o, a in zip(self.cand_off, cand_angle)
+        ]
         self.orient = np.concatenate([seed_angle, cand_angle])
         my0, mx0, mink = _disk_stamp(spec.marker_radius, aa)
-        self.marker_ink = (my0, mx0, mink)
         # the original brings every stamp to 8 bits (so clipped at 1) before scaling it by its contrast: the
         # references' dash peaks are exactly 0.9 * 255 at 128 px and 255 at 256 px
         self.ink = [(y0, x0, np.clip(ink, 0.0, 1.0).astype(np.float32)) for (y0, x0, ink) in stamps]
         self.marker_ink = (my0, mx0, np.clip(mink, 0.0, 1.0).astype(np.float32))
-        stamps = self.ink
-
         # continuity weights between the orientation of the previous paddle and each candidate
         delta = np.abs(self.orient[:, None] - cand_angle[None, :])
         delta = np.minimum(delta, 2 * math.pi - delta)
-        self.cont_w = (np.maximum(np.cos(np.minimum(delta * spec.continuity, math.pi / 2)), 0.0) ** 2).astype(
-            np.float32
-        )
+        turn = np.minimum(delta * spec.continuity, math.pi / 2)
+        self.cont_w = (np.maximum(np.cos(turn), 0.0) ** 2).astype(np.float32)
 
-        # pixel sets, per paddle class
-        core_pts = [[_points(y0, x0, ink, c) for (y0, x0, ink) in stamps] for c in contrasts]
-        for cls in (TARGET, DISTRACTOR):
-            if any(len(p) == 0 for p in core_pts[cls]):
-                raise AssertionError(f"{spec.resolution}px: a paddle draws no foreground pixel")
-        self.link = self._link_distance(core_pts[TARGET])
+    def _canvas(self, core_pts: list[list[np.ndarray]], same: bool) -> None:
+        """The padded canvas and the flat core / keep-out offsets of every paddle and the marker on it."""
+        length, m = self.spec.paddle_length, self.margin
         disk = _disk_offsets(self.link)
-        marker_pts = _points(*self.marker_ink, 1.0)
         # canvas border: keep-outs around paddles whose pivot is up to L + 2m outside the image, and ink windows
-        ink_extent = max(max(-y0, -x0, y0 + a.shape[0], x0 + a.shape[1]) for (y0, x0, a) in stamps + [self.marker_ink])
+        windows = self.ink + [self.marker_ink]
+        ink_extent = max(max(-y0, -x0, y0 + a.shape[0], x0 + a.shape[1]) for (y0, x0, a) in windows)
         core_extent = int(max(np.abs(np.concatenate(p)).max() for p in core_pts)) + int(math.ceil(self.link))
-        self.pad = pad = max(core_extent, ink_extent) + 2 * (L + 2 * m)
-        self.width = w = self.size + 2 * pad
+        self.pad = max(core_extent, ink_extent) + 2 * (length + 2 * m)
+        self.width = w = self.size + 2 * self.pad
         flat = lambda pts: pts[:, 0] * w + pts[:, 1]  # noqa: E731
-        same = contrasts[TARGET] == contrasts[DISTRACTOR]  # one set of tables serves both classes
         self.core = [_pad_rows([flat(p) for p in core_pts[c]]) for c in (TARGET, DISTRACTOR)]
         self.keep = [_pad_rows([flat(_dilate_points(p, disk)) for p in core_pts[TARGET]])]
         self.keep.append(self.keep[0] if same else _pad_rows([flat(_dilate_points(p, disk)) for p in core_pts[1]]))
         # anchors whose core stays inside the image and off the padding band: lo_y <= y <= hi_y, lo_x <= x <= hi_x
-        lo, hi = spec.padding, self.size - 1 - spec.padding
+        lo, hi = self.spec.padding, self.size - 1 - self.spec.padding
         self.frame_range = [
             np.array([[lo - p[:, 0].min(), hi - p[:, 0].max(), lo - p[:, 1].min(), hi - p[:, 1].max()] for p in pts])
             for pts in core_pts
         ]
-        # keep-outs as local bitmaps around their anchor, per class: a new paddle is checked against the earlier
-        # paddles of its own attempt (found by distance) there, instead of through a map written per attempt. The
-        # bitmaps are padded so that every lookup from a paddle within `near` of the pivot stays inside them.
+        marker_pts = _points(*self.marker_ink, 1.0)
+        self.marker_core = flat(marker_pts)
+        self.marker_keep = flat(_dilate_points(marker_pts, disk))
+
+    def _local_tables(self, core_pts: list[list[np.ndarray]]) -> None:
+        """Keep-outs as local bitmaps around their anchor, per class: a new paddle is checked against the earlier
+        paddles of its own attempt (found by distance) there, instead of through a map written per attempt. The
+        bitmaps are padded so that every lookup from a paddle within `near` of the pivot stays inside them."""
+        disk = _disk_offsets(self.link)
+        offs = self.cand_off
         keep_pts = [[_dilate_points(p, disk) for p in core_pts[c]] for c in (TARGET, DISTRACTOR)]
         # each paddle's centre (middle of its core), relative to its anchor: nearness is measured between centres
         self.centre = np.rint(np.array([p.mean(0) for p in core_pts[TARGET]])).astype(np.int64)
@@ -263,8 +297,7 @@ class Geometry:
         # touch the new paddle's core
         self.near2 = (spread + reach + 1.0) ** 2
         self.near = int(math.ceil(spread + reach + 1.0)) + int(np.abs(self.centre).max())  # bound on |anchor offset|
-        reach = int(math.ceil(reach))
-        self.local_r = r = self.near + reach
+        self.local_r = r = self.near + int(math.ceil(reach))
         self.local_w = lw = 2 * r + 1
         self.local_keep, self.core_local = [], []
         for cls in (TARGET, DISTRACTOR):
@@ -274,34 +307,28 @@ class Geometry:
             self.local_keep.append(local.ravel())
             self.core_local.append(_pad_rows([p[:, 0] * lw + p[:, 1] for p in core_pts[cls]]))
         self.cand_local = offs[:, 0] * lw + offs[:, 1]
-        self.marker_core = flat(marker_pts)
-        self.marker_keep = flat(_dilate_points(marker_pts, disk))
 
-        # seed placement of the first target snake keeps the paddle and its margin inside the allowed box
-        foot = [_dilate_points(core_pts[TARGET][i], _disk_offsets(m)) for i in range(N_SEED)]
-        self.seed_box = np.array([[f[:, 0].min(), f[:, 0].max(), f[:, 1].min(), f[:, 1].max()] for f in foot])
-
-        # consecutive paddles must stay within the link distance (else the transition gets weight 0)
-        self.gap_ok = [self._gap_table(core_pts[TARGET])]
-        self.gap_ok.append(self.gap_ok[0] if same else self._gap_table(core_pts[DISTRACTOR]))
-
-        # pivots from which candidate j is allowed: its head off the padding band dilated by the margin (where the
-        # original's weights vanish) and its whole core inside the frame; (M, 4) rows of y_lo, y_hi, x_lo, x_hi
-        room = spec.padding + m
+    def _pivot_tables(self) -> None:
+        """Pivots from which candidate j is allowed: its head off the padding band dilated by the margin (where the
+        original's weights vanish) and its whole core inside the frame."""
+        offs, w, pad = self.cand_off, self.width, self.pad
+        room = self.spec.padding + self.margin
         self.pivot_ok = []  # (width * width, M): candidate j allowed from the pivot at that flat position
         ys = np.arange(w)[:, None, None] - pad
         xs = np.arange(w)[None, :, None] - pad
         for cls in (TARGET, DISTRACTOR):
-            fr = self.frame_range[cls][N_SEED:]
+            fr = self.frame_range[cls][N_SEED:]  # (M, 4) rows of y_lo, y_hi, x_lo, x_hi
             ylo = np.maximum(room - offs[:, 0], fr[:, 0])
             yhi = np.minimum(self.size - 1 - room - offs[:, 0], fr[:, 1])
             xlo = np.maximum(room - offs[:, 1], fr[:, 2])
             xhi = np.minimum(self.size - 1 - room - offs[:, 1], fr[:, 3])
             ok = (ys >= ylo) & (ys <= yhi) & (xs >= xlo) & (xs <= xhi)
             self.pivot_ok.append(ok.reshape(w * w, self.n_cand))
-        # continuity weight times the gap rule, per previous paddle and candidate; and, since most candidates turn too
-        # far to have any weight, the same as short rows over the candidates that can be drawn: step_idx[p] lists them
-        # (padded with weight 0), step_w[p] their weights
+
+    def _step_tables(self) -> None:
+        """Continuity weight times the gap rule, per previous paddle and candidate; and, since most candidates turn too
+        far to have any weight, the same as short rows over the candidates that can be drawn: step_idx[p] lists them
+        (padded with weight 0), step_w[p] their weights."""
         self.step_idx, self.step_w = [], []
         for ok in self.gap_ok:
             full = (self.cont_w * ok).astype(np.float32)

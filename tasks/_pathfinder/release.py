@@ -5,20 +5,21 @@ with 11 space-separated fields (subpath, file name, index, label, continuity, co
 paddle length, thickness, margin, contrasts), e.g. `imgs/0 sample_0.png 0 0 1.8 14 4 5 1.5 3 1`. The folders are
 `curv_baseline` (contour length 6), `curv_contour_length_9` and `curv_contour_length_14`. Like LRA's input pipeline,
 images are taken in metadata order (batches in numeric order) and split 80% / 10% / 10% into train / val / test, and
-empty image files (the release has a few) are skipped.
+empty image files (the release has a few) are skipped. The PNGs are 8-bit grey; Pillow decodes them, and a colour
+image is brought to grey with ITU-R 601 luma weights, rounded (as Pillow's `convert("L")` defines it).
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import multiprocessing
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from lra.core.errors import DataCorruptError, DataMissingError
-from tasks._pathfinder.png import PNGError, read_png
+from lra.core.pools import run_jobs
+from tasks._imagefile import decode_image
 
 DIFFICULTY_DIRS = {6: "curv_baseline", 9: "curv_contour_length_9", 14: "curv_contour_length_14"}
 SPLIT_SHARES = {"train": (0.0, 0.8), "val": (0.8, 0.9), "test": (0.9, 1.0)}
@@ -104,14 +105,20 @@ def split_bounds(n: int) -> dict[str, tuple[int, int]]:
     return {s: (int(round(a * n)), int(round(b * n))) for s, (a, b) in SPLIT_SHARES.items()}
 
 
+def read_grey(path: str | os.PathLike[str], name: str | None = None) -> np.ndarray:
+    """A Pathfinder PNG as a (height, width) uint8 grey array; errors start with `name` (default: the path)."""
+    pix = decode_image(path, str(path) if name is None else name)
+    if pix.shape[2] == 1:
+        return np.ascontiguousarray(pix[:, :, 0])
+    grey = pix.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
+    return np.clip(np.floor(grey + 0.5), 0, 255).astype(np.uint8)
+
+
 def decode_many(items: list[tuple[str, str]], resolution: int) -> np.ndarray:
-    """Decode (path, where) images to (n, res, res) uint8; a bad file raises DataCorruptError naming it."""
+    """Decode (path, where) images to (n, res, res) uint8; a bad file raises DataCorruptError naming it and `where`."""
     out = np.empty((len(items), resolution, resolution), np.uint8)
     for i, (path, where) in enumerate(items):
-        try:
-            img = read_png(path)
-        except PNGError as err:
-            raise DataCorruptError(f"{err} (listed in {where})") from None
+        img = read_grey(path, f"{path} (listed in {where})")
         if img.shape != (resolution, resolution):
             raise DataCorruptError(
                 f"{path}: image is {img.shape[1]}x{img.shape[0]}, expected {resolution}x{resolution}"
@@ -121,20 +128,18 @@ def decode_many(items: list[tuple[str, str]], resolution: int) -> np.ndarray:
 
 
 def decode_into(
-    out: np.ndarray, items: list[tuple[str, str]], resolution: int, workers: int, on_done=lambda n: None
+    out: np.ndarray,
+    items: list[tuple[str, str]],
+    resolution: int,
+    workers: int,
+    on_done: Callable[[int], None] = lambda n: None,
 ) -> None:
     """Decode images into out[i] in chunks, in `workers` spawned processes when > 1."""
     chunk = 512
-    jobs = [(lo, items[lo : lo + chunk]) for lo in range(0, len(items), chunk)]
-    if workers <= 1:
-        for lo, part in jobs:
-            out[lo : lo + len(part)] = decode_many(part, resolution)
-            on_done(len(part))
-        return
-    ctx = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = {pool.submit(decode_many, part, resolution): (lo, len(part)) for lo, part in jobs}
-        for fut in cf.as_completed(futures):
-            lo, n = futures[fut]
-            out[lo : lo + n] = fut.result()
-            on_done(n)
+    starts = list(range(0, len(items), chunk))
+
+    def take(i: int, images: np.ndarray) -> None:
+        out[starts[i] : starts[i] + len(images)] = images
+        on_done(len(images))
+
+    run_jobs(decode_many, [(items[lo : lo + chunk], resolution) for lo in starts], workers, take)

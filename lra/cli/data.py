@@ -1,0 +1,109 @@
+"""`lra data prepare|info|export`: build or import task data into the cache, show what is there, export it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from lra.cli.args import add_data_dir, add_overrides
+from lra.core.errors import ConfigError
+from lra.core.progress import console, out
+
+INFO_COLUMNS = ("task", "source", "where", "splits", "size", "ready", "to prepare")
+SPLIT_ORDER = ("train", "val", "test")
+
+
+def add_parser(sub) -> None:
+    """Add `data` with its `prepare`, `info` and `export` sub-commands to the `lra` sub-parsers `sub`."""
+    p = sub.add_parser("data", help="build, import, inspect or export task data")
+    dsub = p.add_subparsers(dest="data_cmd", required=True, metavar="{prepare,info,export}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--preset", default=None, help="use a preset's data settings (e.g. tiny)")
+    add_overrides(common, example="data.num_train=1000")
+    add_data_dir(common)
+
+    pr = dsub.add_parser(
+        "prepare", parents=[common], help="generate (synthetic tasks) or import (real data) into the cache"
+    )
+    pr.add_argument("task")
+    pr.add_argument("--from", dest="source", default=None, metavar="PATH", help="archive or folder to import from")
+    pr.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
+    pr.set_defaults(func=cmd_prepare)
+
+    info = dsub.add_parser("info", parents=[common], help="what is cached where, how big, and how to prepare it")
+    info.add_argument("task", nargs="?", help="one task (default: every task)")
+    info.add_argument("--json", action="store_true", help="print the raw information as JSON")
+    info.set_defaults(func=cmd_info)
+
+    ex = dsub.add_parser("export", parents=[common], help="write generated data in LRA's release format")
+    ex.add_argument("task")
+    ex.add_argument("dir")
+    ex.set_defaults(func=cmd_export)
+
+
+def _build(name: str, args: argparse.Namespace):
+    """The task `name` with the (preset's, overridden) data settings of its config."""
+    from lra.train.config import load_config
+    from tasks import build_task
+
+    cfg = load_config(name, args.preset, args.overrides)
+    return build_task(cfg["task"], data_dir=args.data_dir, **cfg["data"])
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    task = _build(args.task, args)
+    task.prepare(source=args.source, workers=args.workers or os.cpu_count() or 1)
+    console.print(f"[green]prepared[/] {task.name} in {task.data_dir}", highlight=False)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    task = _build(args.task, args)
+    if not hasattr(task, "export"):
+        raise ConfigError(f"lra data export: task {task.name!r} has no export (only generated tasks have one)")
+    task.export(args.dir)
+    console.print(f"[green]exported[/] {task.name} to {args.dir}", highlight=False)
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from tasks import TASKS
+
+    names = [args.task] if args.task else TASKS.names()
+    infos = [_build(name, args).info() for name in names]
+    if args.json:
+        out.print_json(json.dumps(infos, default=str))
+    else:
+        out.print(info_table(infos))
+    return 0
+
+
+def _splits_text(splits: dict[str, int]) -> str:
+    """'train 3,000, val 300, test 300': the usual splits first, in that order."""
+    rank = {name: i for i, name in enumerate(SPLIT_ORDER)}
+    order = sorted(splits, key=lambda name: (rank.get(name, len(rank)), name))
+    return ", ".join(f"{name} {splits[name]:,}" for name in order) or "-"
+
+
+def info_table(infos: list[dict[str, Any]]):
+    """A rich table of tasks' `info()` (fields task, source, where, splits, bytes, ready, prepare)."""
+    from rich.filesize import decimal
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="task data")
+    for col in INFO_COLUMNS:
+        table.add_column(col, overflow="fold")
+    for info in infos:
+        table.add_row(
+            info["task"],
+            escape(str(info["source"] or "-")),
+            escape(str(info["where"] or "-")),
+            _splits_text(info["splits"] or {}),
+            decimal(info["bytes"]) if info["bytes"] else "-",
+            "[green]yes[/]" if info["ready"] else "[yellow]no[/]",
+            escape(info["prepare"] or "-"),
+        )
+    return table

@@ -1,0 +1,168 @@
+"""Seed aggregation: the records of one config (the same resolved config apart from `train.seed`) make one cell.
+
+A cell shows the mean, the sample standard deviation (n - 1 denominator) and the number of seeds n; a cell with
+n < MIN_SEEDS is marked, because two seeds say little about the spread (ListOps seeds differ by 17 points).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lra.core.hashing import stable_hash
+from lra.results.published import LRA_TASKS
+from lra.results.table import FEW_MARK, Ref
+from lra.train.config import SPEED_SETTINGS
+
+MIN_SEEDS = 3
+SEEDS_NOTE = (
+    f"A measured cell is the mean ± sample standard deviation over the seeds of one config, n the number of seeds;"
+    f" {FEW_MARK} marks fewer than {MIN_SEEDS} seeds."
+)
+
+
+def seed_free_config(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` without `train.seed` and the speed-only settings (compile mode, evaluation batch, data placement):
+    what makes two runs seeds of one config."""
+    train = {k: v for k, v in (config.get("train") or {}).items() if k != "seed" and k not in SPEED_SETTINGS}
+    return {**config, "train": train}
+
+
+def config_key(record: dict[str, Any]) -> str | None:
+    """The seed-free config hash of a record; the stored `config_hash` for records that carry no config."""
+    config = record.get("config")
+    if isinstance(config, dict):
+        return stable_hash(seed_free_config(config))
+    return record.get("config_hash")
+
+
+def seed_of(record: dict[str, Any]) -> Any:
+    """The record's `train.seed`, None when it has no config."""
+    config = record.get("config")
+    return ((config.get("train") or {}) if isinstance(config, dict) else {}).get("seed")
+
+
+def refs_of(records: Iterable[dict[str, Any]]) -> tuple[Ref, ...]:
+    """The record files behind a cell, labelled by seed (`s0`) or `rec` when the record has none."""
+    out = []
+    for rec in records:
+        seed = seed_of(rec)
+        out.append(Ref("rec" if seed is None else f"s{seed}", Path(rec["_path"])))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Agg:
+    """Values of one config over its seeds (or repeated benchmark records)."""
+
+    values: tuple[float, ...]
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.values)
+
+    @property
+    def std(self) -> float | None:
+        return statistics.stdev(self.values) if self.n > 1 else None
+
+    @property
+    def few(self) -> bool:
+        return self.n < MIN_SEEDS
+
+
+def aggregate(values: Iterable[float | None]) -> Agg | None:
+    """The finite values as an `Agg`; None when there are none."""
+    kept = tuple(float(v) for v in values if v is not None)
+    return Agg(kept) if kept else None
+
+
+def fmt_agg(agg: Agg | None, *, scale: float = 1.0, digits: int = 1, unit: str = "", mark_few: bool = True) -> str:
+    """'36.5 ± 1.2 (n=3)'; with fewer than MIN_SEEDS values the text ends with FEW_MARK; '-' for no values."""
+    if agg is None:
+        return "-"
+    text = f"{scale * agg.mean:,.{digits}f}"
+    if agg.std is not None:
+        text += f" ± {scale * agg.std:,.{digits}f}"
+    text += f"{unit} (n={agg.n})"
+    return f"{text} {FEW_MARK}" if mark_few and agg.few else text
+
+
+def group_by(records: Iterable[dict[str, Any]], key: Callable[[dict[str, Any]], Any]) -> dict[Any, list[dict]]:
+    """Records grouped by `key`, each group in a fixed order (seed, then file path)."""
+    groups: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    for rec in records:
+        groups[key(rec)].append(rec)
+    for recs in groups.values():
+        recs.sort(key=lambda r: (str(seed_of(r)), str(r["_path"])))
+    return dict(groups)
+
+
+def newest(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The newest record (by date, then path)."""
+    return max(records, key=lambda r: (str(r.get("date", "")), str(r["_path"])))
+
+
+def run_key(rec: dict[str, Any]) -> tuple:
+    """A run's cell: task, backend, preset, seed-free config, and the store it came from."""
+    return (rec.get("task"), rec.get("backend"), rec.get("preset", "default"), config_key(rec), rec["_store"])
+
+
+@functools.cache
+def _current_config(task: str, preset: str) -> str | None:
+    from lra.core.errors import LraError
+    from lra.train.config import load_config
+
+    try:
+        config = load_config(task, None if preset == "default" else preset)
+    except (LraError, KeyError, ValueError):
+        return None
+    return json.dumps(seed_free_config(config), sort_keys=True, default=str)
+
+
+def is_canonical(rec: dict[str, Any]) -> bool:
+    """Whether a run used its task's config and preset exactly as `configs/` holds them now (any seed)."""
+    config = rec.get("config")
+    if not isinstance(config, dict) or not rec.get("task"):
+        return False
+    current = _current_config(rec["task"], rec.get("preset") or "default")
+    return current == json.dumps(seed_free_config(config), sort_keys=True, default=str)
+
+
+def config_changes(rec: dict[str, Any], limit: int = 3) -> str:
+    """The settings where a run's config differs from the current one of its preset ('train.steps=200, ...')."""
+    current = _current_config(rec.get("task", ""), rec.get("preset") or "default")
+    if current is None:
+        return "preset not in configs/"
+    ours, now = _flat(seed_free_config(rec.get("config") or {})), _flat(json.loads(current))
+    diffs = [f"{k}={ours.get(k, '(unset)')}" for k in sorted(set(ours) | set(now)) if ours.get(k) != now.get(k)]
+    more = f", +{len(diffs) - limit} more" if len(diffs) > limit else ""
+    return ", ".join(diffs[:limit]) + more
+
+
+def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        return {prefix: json.dumps(obj, default=str)}
+    out: dict[str, Any] = {}
+    for k, v in obj.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def task_order(tasks: Iterable[str]) -> list[str]:
+    """`tasks` in leaderboard order: LRA's five, the registry's other tasks by image size, then unknown ones."""
+    from tasks import TASKS
+
+    others = sorted(set(TASKS.names()) - set(LRA_TASKS), key=lambda t: (getattr(TASKS.get(t), "resolution", 0), t))
+    known = [*LRA_TASKS, *others]
+    present = set(tasks)
+    return [t for t in known if t in present] + sorted(present - set(known))

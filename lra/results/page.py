@@ -1,0 +1,137 @@
+"""The leaderboard as one self-contained HTML page: the same tables as LEADERBOARD.md, emitted as HTML tables, with
+a small inline stylesheet and the plots beside the tables they illustrate. No script, no external resource but the
+plot files and the record files the cells link to."""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import sys
+import webbrowser
+from collections.abc import Callable
+from pathlib import Path
+
+from lra.results.aggregate import SEEDS_NOTE
+from lra.results.table import Cell, Page, Table
+
+STYLE = """
+body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:#1d1d1f;max-width:1500px;margin:0 auto;
+padding:0 1.5rem 3rem}
+h1{margin:1.2rem 0 .3rem}h2{margin-top:2.4rem;border-bottom:2px solid #d8dee8;padding-bottom:.2rem}
+h3{margin:1.6rem 0 .3rem;font-size:1.05rem}
+p.note{margin:.2rem 0 .5rem;color:#555;font-size:.85rem;max-width:75rem}
+nav a{margin-right:1rem}
+.scroll{overflow-x:auto}
+table{border-collapse:collapse;font-size:.82rem;margin:.3rem 0 .8rem}
+th{background:#eef2f8;text-align:left;vertical-align:bottom;padding:.35rem .5rem;border-bottom:2px solid #b8c2d3;
+min-width:3.5rem}
+td{padding:.25rem .5rem;border-bottom:1px solid #e4e7ec;white-space:nowrap}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+tr.measured td:first-child code{font-weight:600}
+tr.published td{background:#f7f5ee;color:#6b6250;font-style:italic}
+tr.published+tr.measured td,tr.measured+tr.published td{border-top:2px solid #c9bfa6}
+span.tag{font-size:.7rem;font-style:normal;background:#e6dcc3;border-radius:3px;padding:0 .3rem;margin-left:.4rem}
+td.few{color:#9a5b00}
+span.refs{margin-left:.35rem;font-size:.7rem}span.refs a{color:#7a8699;margin-left:.15rem;text-decoration:none}
+code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.95em;background:#f1f3f6;padding:0 .2rem;
+border-radius:3px}
+figure{display:inline-block;margin:.6rem 1.2rem .6rem 0;vertical-align:top;max-width:100%}
+figure img{max-width:min(100%,700px);border:1px solid #e4e7ec}
+figcaption{font-size:.8rem;color:#555;max-width:700px}
+"""
+
+
+MD_LINK = ' Markdown: <a href="LEADERBOARD.md">LEADERBOARD.md</a>.'
+
+
+def inline(text: str) -> str:
+    """A note as HTML: escaped, with its `code` spans as <code> (the only mark notes use)."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
+def cell_html(cell: Cell, link: Callable[[Path], str], *, numeric: bool = False, tag: bool = False) -> str:
+    """One <td>: the cell's text, styled by its flags (`numeric`: in a number column), with links to its records;
+    `tag` adds the published badge."""
+    classes = [c for c, on in (("num", cell.num or numeric), ("few", cell.few)) if on]
+    attrs = f' class="{" ".join(classes)}"' if classes else ""
+    if cell.few:
+        attrs += ' title="fewer than 3 seeds"'
+    text = html.escape(cell.text)
+    text = f"<code>{text}</code>" if cell.code else text
+    if cell.link and cell.refs:
+        text = f'<a href="{html.escape(link(cell.refs[0].path))}">{text}</a>'
+    elif cell.refs:
+        refs = " ".join(
+            f'<a href="{html.escape(link(r.path))}" title="{html.escape(r.path.name)}">{html.escape(r.label)}</a>'
+            for r in cell.refs
+        )
+        text += f'<span class="refs">{refs}</span>'
+    if tag:
+        text += '<span class="tag">published</span>'
+    return f"<td{attrs}>{text}</td>"
+
+
+def table_html(table: Table, link: Callable[[Path], str]) -> str:
+    """One table: title, notes, header (numeric columns right-aligned) and body."""
+    rows = table.cells()
+    numeric = [bool(col) and all(c.num for c in col) for col in _columns(rows, len(table.header))]
+    head = "".join(f"<th{' class=num' if n else ''}>{html.escape(h)}</th>" for h, n in zip(table.header, numeric))
+    body = []
+    for row, cells in zip(table.rows, rows):
+        published = getattr(row, "published", False)
+        tds = "".join(
+            cell_html(c, link, numeric=n, tag=published and i == 0) for i, (c, n) in enumerate(zip(cells, numeric))
+        )
+        body.append(f'<tr class="{"published" if published else "measured"}">{tds}</tr>')
+    notes = "".join(f'<p class="note">{inline(n)}</p>' for n in table.notes)
+    return (
+        f"<h3>{html.escape(table.title)}</h3>\n{notes}\n<div class=scroll><table>\n<thead><tr>{head}</tr></thead>\n"
+        "<tbody>\n" + "\n".join(body) + "\n</tbody></table></div>"
+    )
+
+
+def _columns(rows: list[list[Cell]], width: int) -> list[list[Cell]]:
+    return [[r[i] for r in rows if i < len(r) and r[i].text not in ("-", "")] for i in range(width)]
+
+
+def html_page(page: Page, link: Callable[[Path], str], with_md: bool = True) -> str:
+    """The whole page: header (stores read, legend), contents, then each section's tables and figures."""
+    stores = " and ".join(f"<code>{html.escape(shown)}</code> ({html.escape(label)})" for label, shown in page.stores)
+    parts = [
+        "<h1>LRA leaderboard</h1>",
+        f'<p class="note">Generated by <code>lra leaderboard</code> from the result records in {stores or "no store"};'
+        f" do not edit by hand.{MD_LINK if with_md else ''}</p>",
+        f'<p class="note">Shaded italic rows marked <span class="tag">published</span> are the papers\' figures, not'
+        f" measured here. {html.escape(SEEDS_NOTE)} The small links in a cell open its record files.</p>",
+    ]
+    if page.plots_note:
+        parts.append(f'<p class="note"><strong>{inline(page.plots_note)}</strong></p>')
+    sections = page.sections()
+    parts.append("<nav>" + "".join(f'<a href="#{key}">{html.escape(h)}</a>' for key, h, _, _ in sections) + "</nav>")
+    for key, heading, tables, figures in sections:
+        parts.append(f'<section id="{key}"><h2>{html.escape(heading)}</h2>')
+        parts += [table_html(t, link) for t in tables]
+        for f in figures:
+            src, cap = html.escape(link(f.path)), html.escape(f.caption)
+            img = f'<a href="{src}"><img src="{src}" alt="{cap}"></a>'
+            parts.append(f"<figure>{img}<figcaption>{cap}</figcaption></figure>")
+        parts.append("</section>")
+    body = "\n".join(parts)
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>LRA leaderboard</title><style>{STYLE}</style></head>\n<body>\n{body}\n</body></html>\n"
+    )
+
+
+def open_page(path: Path) -> bool:
+    """Open the page in a browser where a desktop session has one; False (nothing opened) elsewhere."""
+    display = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    desktop = sys.platform in ("darwin", "win32") or bool(display)
+    if not desktop:
+        return False
+    try:
+        return webbrowser.open(Path(path).resolve().as_uri())
+    except webbrowser.Error:
+        return False

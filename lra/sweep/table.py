@@ -1,0 +1,102 @@
+"""The live table of a sweep: one row per run (state, step, validation accuracy, ETA), read from each run's
+`metrics.jsonl` (one line per evaluation: step, val_acc, time = training seconds so far)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.table import Table
+
+from lra.sweep.grid import Run
+from lra.sweep.local import FINAL
+from lra.train.rundir import METRICS
+
+
+@dataclass
+class Progress:
+    """What a run's metrics say: the last evaluated step, its and the best validation accuracy, steps/s."""
+
+    step: int = 0
+    val_acc: float | None = None
+    best_acc: float | None = None
+    rate: float | None = None  # training steps per second between the last two evaluations
+
+
+def read_progress(run_dir: Path) -> Progress:
+    """The progress recorded in `run_dir` (nothing yet: step 0)."""
+    try:
+        lines = (run_dir / METRICS).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return Progress()
+    rows = [json.loads(line) for line in lines if line.strip()]
+    if not rows:
+        return Progress()
+    last = rows[-1]
+    accs = [r["val_acc"] for r in rows if r.get("val_acc") is not None]
+    prev = rows[-2] if len(rows) > 1 else {"step": 0, "time": 0.0}
+    dt = (last.get("time") or 0.0) - (prev.get("time") or 0.0)
+    rate = (last["step"] - prev["step"]) / dt if dt > 0 else None
+    return Progress(last["step"], last.get("val_acc"), max(accs) if accs else None, rate)
+
+
+@dataclass
+class Row:
+    state: str = "pending"
+    where: str = ""
+    progress: Progress = field(default_factory=Progress)
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{100 * x:.1f}"
+
+
+def _eta(run: Run, row: Row) -> str:
+    p = row.progress
+    if row.state in FINAL or not p.rate:
+        return ""
+    seconds = max(0, int((run.steps - p.step) / p.rate))
+    return time.strftime("%H:%M:%S", time.gmtime(seconds)) if seconds < 86400 else f"{seconds / 86400:.1f} d"
+
+
+class Board:
+    """Each run's state as the executor reports it (`set`) and the table of all of them (`render`)."""
+
+    def __init__(self, runs: list[Run], title: str) -> None:
+        self.runs, self.title = runs, title
+        self.rows = {run.name: Row() for run in runs}
+        self.started = time.monotonic()
+
+    def set(self, run: Run, state: str, where: str) -> None:
+        row = self.rows[run.name]
+        row.state, row.where = state, where
+
+    def counts(self) -> Counter:
+        return Counter(row.state for row in self.rows.values())
+
+    def refresh(self) -> None:
+        """Re-read the progress of every run not settled yet."""
+        for run in self.runs:
+            row = self.rows[run.name]
+            if row.state not in ("done", "busy") or row.progress.step == 0:
+                row.progress = read_progress(run.run_dir)
+
+    def render(self) -> Table:
+        counts = self.counts()
+        elapsed = time.strftime("%H:%M:%S", time.gmtime(time.monotonic() - self.started))
+        summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+        table = Table(title=self.title, caption=f"{len(self.runs)} runs: {summary}; {elapsed} elapsed")
+        table.add_column("run", no_wrap=True)
+        table.add_column("state")
+        for col in ("step", "val acc %", "best %", "ETA"):
+            table.add_column(col, justify="right")
+        for run in self.runs:
+            row = self.rows[run.name]
+            state = f"{row.state} ({row.where})" if row.where else row.state
+            p = row.progress
+            step = f"{p.step:,}/{run.steps:,}"
+            table.add_row(run.name, state, step, _pct(p.val_acc), _pct(p.best_acc), _eta(run, row))
+        return table

@@ -1,0 +1,87 @@
+"""train.compile on a CUDA GPU with inductor: default and max (CUDA graphs) give eager's losses and gradients with
+dropout on (inductor draws eager's masks), CUDA graphs are not skipped, naive attention stays naive (inductor does
+not rewrite it into SDPA), and a split on the device gives the host path's batches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from lra.train.config import load_config
+from lra.train.feed import DeviceSplit, HostSplit, TrainBatches, place_split
+from lra.train.trainer import build_trainer
+from tasks import build_task
+from tasks._pathfinder.views import LazyImages, PixelTokens
+from tasks.registry import Split
+from tests.reference import TEST_SEED
+
+pytestmark = pytest.mark.gpu
+CUDA = torch.device("cuda")
+SETS = ["model.dropout=0.1", "model.attention_dropout=0.1", "data.max_length=256"]
+
+
+def _batches(task, count: int, batch: int):
+    rng = np.random.default_rng(TEST_SEED)
+    out = []
+    for _ in range(count):
+        tokens = rng.integers(1, task.vocab_size, size=(batch, task.seq_len))
+        lengths = rng.integers(task.seq_len // 2, task.seq_len + 1, size=batch)
+        tokens[np.arange(task.seq_len) >= lengths[:, None]] = 0
+        labels = rng.integers(0, task.num_classes, size=batch)
+        out.append((torch.from_numpy(tokens).to(CUDA), torch.from_numpy(labels).to(CUDA)))
+    return out
+
+
+def _run(cfg, task, backend, batches):
+    trainer = build_trainer(cfg, task, backend, CUDA)
+    losses, grads = [], None
+    for tokens, labels in batches:
+        losses.append(trainer.step(tokens, labels).loss)
+        grads = grads or [p.grad.clone() for p in trainer.model.parameters()]
+    ev = trainer.evaluate(Split(batches[0][0].cpu().numpy(), batches[0][1].cpu().numpy()))
+    return trainer, torch.stack(losses), grads, ev
+
+
+@pytest.mark.parametrize("mode", ["default", "max"])
+@pytest.mark.parametrize("backend,amp", [("naive", "none"), ("flash", "none"), ("sdpa_mem_efficient", "none"),
+                                         ("sdpa_flash", "bf16")])  # fmt: skip
+def test_compiled_step_matches_eager_on_cuda(backend, amp, mode):
+    cfg = load_config("listops", "tiny", [*SETS, f"train.amp={amp}"])
+    task = build_task(cfg["task"], **cfg["data"])
+    batches = _batches(task, 4, 16)
+    cfg["train"]["compile"] = "none"
+    _, want_losses, want_grads, want_eval = _run(cfg, task, backend, batches)
+    counters.clear()
+    cfg["train"]["compile"] = mode
+    trainer, losses, grads, ev = _run(cfg, task, backend, batches)
+    assert trainer.loss.compiled and trainer.loss.fallback is None
+    assert counters["inductor"]["cudagraph_skips"] == 0
+    assert counters["inductor"]["fuse_attention"] == 0  # naive stays materialised attention
+    tol = dict(rtol=1e-4, atol=1e-5) if amp == "none" else dict(rtol=2e-2, atol=2e-3)
+    torch.testing.assert_close(losses, want_losses, **tol)  # another dropout mask would differ by ~1e-2
+    for got, want in zip(grads, want_grads, strict=True):
+        torch.testing.assert_close(got, want, **(tol if amp == "none" else dict(rtol=5e-2, atol=5e-3)))
+    assert ev["acc"] == pytest.approx(want_eval["acc"], abs=1 / 16)  # one prediction may flip on rounding
+    assert ev["loss"] == pytest.approx(want_eval["loss"], **tol)
+
+
+def test_split_on_the_gpu_gives_the_host_batches():
+    rng = np.random.default_rng(TEST_SEED)
+    tokens = rng.integers(0, 300, size=(1000, 64)).astype(np.int16)
+    split = Split(tokens, rng.integers(0, 10, size=1000))
+    layout = dict(batch_size=64, seed=5)
+    device = TrainBatches(DeviceSplit(split, CUDA, pair=False, vocab_size=300), **layout)
+    host = TrainBatches(HostSplit(split, CUDA, pair=False), **layout)  # pinned, prefetched
+    for step in range(40):  # 15 steps per epoch: three epochs
+        a, b = device(step), host(step)
+        assert torch.equal(a.tokens, b.tokens) and torch.equal(a.labels, b.labels) and a.padded == b.padded
+    host.close()
+
+
+def test_auto_placement_keeps_small_splits_on_the_gpu_but_not_drawn_ones():
+    small = Split(np.ones((10, 6), np.int16), np.zeros(10))
+    assert place_split(small, CUDA, placement="auto", pair=False, vocab_size=257).resident
+    drawn = Split(PixelTokens(LazyImages(32, 14, "train", 0, 0, 100)), np.zeros(100))  # cache: false
+    assert not place_split(drawn, CUDA, placement="auto", pair=False, vocab_size=257).resident
