@@ -265,3 +265,15 @@ def test_records_saved_at_the_same_moment_never_replace_each_other(tmp_path):
         t.join()
     assert sorted(r["n"] for r in load_records(tmp_path)) == list(range(12))
     assert not list(tmp_path.glob(".*.tmp"))  # no temporary file is left behind
+
+
+def test_compiled_and_eager_steps_are_separate_speed_tables(tmp_path):
+    """A compiled step is another measurement than the eager one: never averaged together as if seeds."""
+    eager = [bench_record("listops", "naive", 10.0), bench_record("listops", "flash", 30.0)]
+    fast = {"compile": {"mode": "max", "requested": "max", "fallback": None}}
+    compiled = [bench_record("listops", "naive", 20.0, **fast), bench_record("listops", "flash", 80.0, **fast)]
+    tables = {t.title: t for t in build_tables(load_records(stored(tmp_path, eager + compiled)))}
+    eager_t = tables["Training speed-up over naive (NVIDIA H200, preset default)"]
+    compiled_t = tables["Training speed-up over naive (NVIDIA H200, preset default, compile max)"]
+    assert "3.00x" in eager_t.markdown() and "4.00x" in compiled_t.markdown()
+    assert "n=2" not in eager_t.markdown() + compiled_t.markdown()

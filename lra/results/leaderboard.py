@@ -19,7 +19,7 @@ from lra.core.errors import ConfigError
 from lra.results.accuracy import accuracy_tables, time_to_accuracy_table
 from lra.results.aggregate import SEEDS_NOTE, config_key, group_by, newest, seed_of
 from lra.results.kernels import attention_tables
-from lra.results.numerics_tables import knobs_table, reproduction_table
+from lra.results.numerics_tables import knobs_table, reproduction_table, weights_table
 from lra.results.speed import scaling_table, speed_tables
 from lra.results.store import default_stores, display_path, load_records, results_dir, store_label
 from lra.results.table import Cell, Page, Ref, Row, Table, md_escape, name, num
@@ -78,6 +78,7 @@ def build_tables(records: list[dict[str, Any]]) -> list[Table]:
         numerics_table([r for r in records if r.get("kind") == "numerics_forward"]),
         reproduction_table(records),
         knobs_table(records),
+        weights_table(records),
     ]
     if records:
         tables.append(records_table(records))

@@ -26,7 +26,8 @@ def run_figures(records: list[dict[str, Any]], plot_dir: Path) -> list[Figure]:
         figures.append(time_to_accuracy_figure(mine, preset, plot_dir / f"time-to-accuracy-{slug(preset)}.png"))
     bench = [r for r in records if r.get("kind") == "bench_train" and r.get("world_size", 1) == 1]
     for block in speed_blocks(bench):
-        path = plot_dir / f"speedup-{slug(block.preset)}-{slug(block.device)}.png"
+        mode = "" if block.compile == "none" else f"-compile-{block.compile}"
+        path = plot_dir / f"speedup-{slug(block.preset)}{mode}-{slug(block.device)}.png"
         figures.append(speedup_figure(block, path))
     for (task, preset), recs in sorted(group_by(runs, lambda r: (r.get("task"), r.get("preset"))).items(), key=str):
         figures.append(learning_curves(recs, task, preset, plot_dir / f"curves-{slug(task)}-{slug(preset)}.png"))
@@ -106,9 +107,10 @@ def speedup_figure(block: Block, path: Path) -> Figure | None:
     ax.set_ylabel("training steps/s over naive")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=6, ncol=4)
-    ax.set_title(f"Training speed-up over naive ({block.device}, preset {block.preset})")
+    mode = "" if block.compile == "none" else f", compile {block.compile}"
+    ax.set_title(f"Training speed-up over naive ({block.device}, preset {block.preset}{mode})")
     fig.tight_layout()
-    caption = f"Training speed-up over naive per task ({block.device}, preset {block.preset}; lra bench train)."
+    caption = f"Training speed-up over naive per task ({block.device}, preset {block.preset}{mode}; lra bench train)."
     return Figure(save(fig, path), caption, "speed")
 
 

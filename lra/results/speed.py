@@ -27,7 +27,16 @@ def _ok(rec: dict[str, Any]) -> bool:
 
 
 def _cell_key(rec: dict[str, Any]) -> tuple:
-    return (rec.get("device"), rec.get("preset", "default"), rec.get("task"), rec.get("backend"), rec.get("seq_len"))
+    """(device, preset, compile mode, task, backend, length): a compiled and an eager step are separate tables."""
+    mode = (rec.get("compile") or {}).get("mode", "none")  # records from before `--compile` timed the eager step
+    return (
+        rec.get("device"),
+        rec.get("preset", "default"),
+        mode,
+        rec.get("task"),
+        rec.get("backend"),
+        rec.get("seq_len"),
+    )
 
 
 def _speedups(recs: list[dict[str, Any]], naive: list[dict[str, Any]]) -> list[float | None]:
@@ -55,7 +64,7 @@ def _chosen(cell: list[dict[str, Any]], naive: list[dict[str, Any]]) -> list[dic
 
 def _default_lengths(keys) -> dict[str, Any]:
     """Each task's default length: the one most records share (the longer on a tie)."""
-    counts = Counter((k[2], k[4]) for k in keys)
+    counts = Counter((k[3], k[5]) for k in keys)
     out: dict[str, Any] = {}
     for task, seq in sorted(counts, key=lambda k: (counts[k], k[1] or 0)):
         out[task] = seq  # the last one sorted wins
@@ -64,10 +73,12 @@ def _default_lengths(keys) -> dict[str, Any]:
 
 @dataclass
 class Block:
-    """The speed cells of one (device, preset): `chosen[(task, backend)]` are the records of one config."""
+    """The speed cells of one (device, preset, compile mode): `chosen[(task, backend)]` are the records of one
+    config."""
 
     device: Any
     preset: str
+    compile: str
     seq_of: dict[str, Any]
     chosen: dict[tuple[str, str], list[dict[str, Any]]]
     naive: dict[str, list[dict[str, Any]]]
@@ -82,12 +93,12 @@ def speed_blocks(bench: list[dict[str, Any]]) -> list[Block]:
     """Single-process `lra bench train` records as one `Block` per (device, preset), at each task's usual length."""
     cells = group_by(bench, _cell_key)
     blocks = []
-    for device, preset in sorted({k[:2] for k in cells}, key=lambda k: tuple(map(str, k))):
-        mine = {k: v for k, v in cells.items() if k[:2] == (device, preset)}
+    for device, preset, mode in sorted({k[:3] for k in cells}, key=lambda k: tuple(map(str, k))):
+        mine = {k: v for k, v in cells.items() if k[:3] == (device, preset, mode)}
         seq_of = _default_lengths(mine)
-        naive = {t: mine.get((device, preset, t, "naive", seq), []) for t, seq in seq_of.items()}
-        chosen = {k[2:4]: _chosen(recs, naive[k[2]]) for k, recs in mine.items() if k[4] == seq_of[k[2]]}
-        blocks.append(Block(device, preset, seq_of, chosen, naive))
+        naive = {t: mine.get((device, preset, mode, t, "naive", seq), []) for t, seq in seq_of.items()}
+        chosen = {k[3:5]: _chosen(recs, naive[k[3]]) for k, recs in mine.items() if k[5] == seq_of[k[3]]}
+        blocks.append(Block(device, preset, mode, seq_of, chosen, naive))
     return blocks
 
 
@@ -115,7 +126,7 @@ def _block_tables(block: Block) -> list[Table]:
         mem_rows.append(Row([name(backend), *map(_mem_cell, recs)]))
     if block.preset == SPEEDUP_PRESET:
         speed_rows += _published_speed_rows(len(tasks))
-    where = f"{block.device}, preset {block.preset}"
+    where = f"{block.device}, preset {block.preset}" + ("" if block.compile == "none" else f", compile {block.compile}")
     lengths = "Sequence lengths: " + ", ".join(f"{t} {block.seq_of[t]}" for t in tasks) + "."
     return [
         Table(f"Training speed-up over naive ({where})", ["backend", *tasks, "geo. mean (5 LRA tasks)"], speed_rows,
