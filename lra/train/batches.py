@@ -11,6 +11,8 @@ import functools
 
 import numpy as np
 
+from lra.core.errors import ConfigError
+
 
 def batch_indices(
     step: int, num_examples: int, batch_size: int, seed: int, rank: int = 0, world: int = 1
@@ -26,10 +28,16 @@ def steps_per_epoch(num_examples: int, batch_size: int, world: int = 1) -> int:
     """Full batches per epoch; a clear error when the batch does not divide among the processes or the split is
     smaller than one batch."""
     if batch_size % world:
-        raise ValueError(f"the global batch size {batch_size} does not divide among {world} processes")
+        raise ConfigError(
+            f"the global batch size {batch_size} does not divide among {world} processes; set train.batch_size to a "
+            f"multiple of {world} or change --nproc"
+        )
     per_epoch = num_examples // batch_size
     if per_epoch == 0:
-        raise ValueError(f"the training split has {num_examples} examples, fewer than one batch of {batch_size}")
+        raise ConfigError(
+            f"the training split has {num_examples} examples, fewer than one batch of {batch_size}; raise "
+            f"data.num_train or lower train.batch_size"
+        )
     return per_epoch
 
 

@@ -70,7 +70,10 @@ def init_from_env(device: str | None = None) -> None:
 
 
 def shutdown() -> None:
+    """Leave the process group together: a rank that tears its group down while another is still in a collective
+    (e.g. after an early stop) can abort that process."""
     if is_initialized():
+        td.barrier()
         td.destroy_process_group()
 
 
