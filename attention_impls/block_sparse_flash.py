@@ -106,6 +106,15 @@ class BlockSparseFlash(FlashAttention):
     def _lists(self, q, k):
         return self.layout_lists(q.shape[2], k.shape[2])
 
+    def prepare(self, dtype: torch.dtype, device: torch.device) -> None:
+        """The kernels' block lists at the model's length, built now: building them takes a data-dependent width,
+        which torch.compile cannot trace (a compiled step would fall back to eager)."""
+        if self.runs_kernel(device):
+            from attention_impls.kernels.function import kernel_lists  # imports triton only when it runs
+
+            lists = self.layout_lists(self.seq_len, self.seq_len)
+            kernel_lists(lists, self.tiles(dtype, device.type), self.seq_len, self.seq_len, device)
+
     def token_mask(self, seq_q: int, seq_k: int) -> torch.Tensor:
         """The layout expanded to tokens: bool (heads or 1, seq_q, seq_k)."""
         return layout_token_mask(self.layout(seq_q, seq_k), self.block, seq_q, seq_k)

@@ -140,6 +140,10 @@ class AttentionBackend(nn.Module):
         with a fallback set `has_fallback`)."""
         return True
 
+    def prepare(self, dtype: torch.dtype, device: torch.device) -> None:
+        """Build, eagerly, what the forward computes once per shape (block lists, say) for inputs of `dtype` on
+        `device` at the model's length: torch.compile then traces a forward that only looks them up. Default: none."""
+
     def extra_repr(self) -> str:
         return f"heads={self.heads}, head_dim={self.head_dim}, seq_len={self.seq_len}, dropout={self.dropout}"
 

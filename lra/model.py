@@ -78,6 +78,10 @@ class Encoder(nn.Module):
         self.pool = model["pool"]
         self.seq_len = seq_len
         self.embed = nn.Embedding(vocab_size, dim, padding_idx=0)
+        if model["embed_std"] != 1.0:
+            with torch.no_grad():
+                self.embed.weight.normal_(0.0, model["embed_std"])
+                self.embed.weight[0].zero_()
         self.cls = nn.Parameter(torch.zeros(1, 1, dim)) if self.pool == "cls" else None
         if model["pos_emb"] == "learned":
             self.pos = nn.Parameter(torch.randn(1, seq_len, dim) * 0.02)

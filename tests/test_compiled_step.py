@@ -180,3 +180,19 @@ def test_inductor_step_draws_eager_dropout(tmp_path):
     torch.testing.assert_close(loss, want_loss, rtol=1e-5, atol=1e-6)
     for got, want in zip(grads, want_grads, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_block_sparse_flash_compiles_from_a_cold_start(aot_eager):
+    """Its block lists need a data-dependent width that a graph cannot trace: the trainer builds them before it
+    compiles, so the first step is already compiled (no eager fallback) and gives eager's losses."""
+    sets = ["attention.block_sparse_flash.block=16", "attention.block_sparse_flash.fallback=kernel", "model.layers=1"]
+    cfg = load_config("listops", "tiny", [*DROPOUT, *sets, "data.max_length=48", "model.dim=32", "model.heads=2"])
+    task = build_task(cfg["task"], **cfg["data"])
+    batches = _batches(task, 2, 2, padded=True)
+    runs = {}
+    for mode in ("none", "default"):
+        cfg["train"]["compile"] = mode
+        runs[mode] = _steps(cfg, task, "block_sparse_flash", batches)
+    (_, want, *_), (compiled, got, *_) = runs["none"], runs["default"]
+    assert compiled.loss.compiled and compiled.loss.fallback is None
+    torch.testing.assert_close(got, want)

@@ -130,3 +130,30 @@ def test_linear_schedule_warms_up_then_decays_to_zero_at_the_last_step():
     assert [flat(s) for s in (1, 2, 3, 4)] == pytest.approx([0.75, 0.5, 0.25, 0.0])
     with pytest.raises(ConfigError, match="unknown schedule 'exp'; known: rsqrt, cosine, linear, constant"):
         lr_factor("exp", warmup=0, total_steps=1)
+
+
+def test_a_record_from_before_a_setting_existed_is_the_same_config(tmp_path):
+    """A stored config without `model.embed_std` ran with the default: same hash, same seed-free key."""
+    from lra.results.aggregate import config_key
+
+    config = load_config(toy_config_path(tmp_path))
+    old = {**config, "model": {k: v for k, v in config["model"].items() if k != "embed_std"}}
+    assert config["model"]["embed_std"] == 1.0 and "embed_std" not in old["model"]
+    assert config_hash(old) == config_hash(config)
+    assert config_key({"config": old}) == config_key({"config": config})
+    other = load_config(toy_config_path(tmp_path), overrides=["model.embed_std=0.02"])
+    assert config_key({"config": other}) != config_key({"config": config})
+
+
+@pytest.mark.parametrize("std", [0.02, 1.0])
+def test_embed_std_sets_the_token_embeddings_init(tmp_path, std):
+    import torch
+
+    from lra.model import Encoder
+
+    config = load_config(toy_config_path(tmp_path), overrides=[f"model.embed_std={std}", "model.dim=64"])
+    torch.manual_seed(0)
+    encoder = Encoder(config["model"], "naive", vocab_size=2000, seq_len=8, attn_options={})
+    weight = encoder.embed.weight.detach()
+    assert torch.all(weight[0] == 0)  # the padding token stays zero
+    assert weight[1:].std().item() == pytest.approx(std, rel=0.02)  # 127,936 draws: std within ~0.4%

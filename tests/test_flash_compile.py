@@ -48,10 +48,12 @@ def test_compiled_model_has_no_graph_breaks_and_matches_eager(backend, options):
     gen = generator(21)
     x = torch.randn(2, 40, 32, generator=gen)
     mask = right_padded_mask([40, 23], 40)
-    eager_loss, eager_grads = _step(model, x, mask)  # also builds block_sparse_flash's lists, as any warm-up does
-    # fullgraph=True: one graph for the whole step, any graph break is an error (stricter than counting them)
+    model.attn.prepare(torch.float32, x.device)  # what the trainer does before compiling (block lists; flash: none)
+    # fullgraph=True: one graph for the whole step, any graph break is an error (stricter than counting them).
+    # Compiled first, from cold caches, as a compiled run starts: no eager call has built anything.
     compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
     loss, grads = _step(compiled, x, mask)
+    eager_loss, eager_grads = _step(model, x, mask)
     assert torch.equal(loss, eager_loss)
     for got, want in zip(grads, eager_grads):
         assert torch.equal(got, want)

@@ -257,6 +257,17 @@ def _sparse_tiles(tiles: Tiles, lists: LayoutLists | None) -> Tiles:
     return replace(tiles, **{f: min(getattr(tiles, f), b) for f in fields})
 
 
+def kernel_lists(lists: LayoutLists, tiles: Tiles, nq: int, nk: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """The forward's key-tile lists, the dK/dV kernel's query-tile lists and the dQ kernel's key-tile lists (cached
+    in `lists`; a cold cache under torch.compile cannot be traced: BlockSparseFlash.prepare warms it)."""
+    tiles = _sparse_tiles(tiles, lists)
+    return (
+        lists.rows(tiles.block_m, tiles.block_n, nq, nk, device),
+        lists.cols(tiles.bwd_block_m, tiles.bwd_block_n, nq, nk, device),
+        lists.rows(tiles.bwd_block_n, tiles.bwd_block_m, nq, nk, device),
+    )
+
+
 def _state(seed: int | torch.Tensor | None, device: torch.device) -> torch.Tensor:
     if seed is None:
         return draw_rng_state(device)
@@ -303,10 +314,7 @@ def flash_attention(
     rng = _state(seed, q.device) if threshold > 0 else None
     kv_list = q_list = dq_list = None
     if lists is not None:
-        nq, nk = q.shape[2], k.shape[2]
-        kv_list = lists.rows(tiles.block_m, tiles.block_n, nq, nk, q.device)
-        q_list = lists.cols(tiles.bwd_block_m, tiles.bwd_block_n, nq, nk, q.device)
-        dq_list = lists.rows(tiles.bwd_block_n, tiles.bwd_block_m, nq, nk, q.device)
+        kv_list, q_list, dq_list = kernel_lists(lists, tiles, q.shape[2], k.shape[2], q.device)
     params = (scale, threshold, bool(pad_queries), tiles.values(), bool(allow_tf32))
     out, _ = flash_fwd(q, k, v, lengths, rng, kv_list, q_list, dq_list, *params)
     return out

@@ -49,6 +49,14 @@ def block_lists(mask: torch.Tensor) -> torch.Tensor:
     return ordered[..., :width].contiguous()
 
 
+def _device_key(device: torch.device | str) -> str:
+    """'cuda' and 'cuda:0' (the current device) are one cache entry."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return str(device)
+
+
 class LayoutLists:
     """The lists one layout needs for given tiles and lengths, cached (one instance per layout)."""
 
@@ -66,7 +74,7 @@ class LayoutLists:
 
     def rows(self, tile_m: int, tile_n: int, nq: int, nk: int, device: torch.device) -> torch.Tensor:
         """Per query tile (size tile_m), the key tiles (size tile_n) to visit."""
-        key = ("rows", tile_m, tile_n, nq, nk, str(device))
+        key = ("rows", tile_m, tile_n, nq, nk, _device_key(device))
         if key not in self._cache:
             tiles = expand_layout(self.layout, self.block, tile_m, tile_n, nq, nk)
             self._cache[key] = block_lists(tiles).to(device)
@@ -74,7 +82,7 @@ class LayoutLists:
 
     def cols(self, tile_m: int, tile_n: int, nq: int, nk: int, device: torch.device) -> torch.Tensor:
         """Per key tile (size tile_n), the query tiles (size tile_m) that visit it."""
-        key = ("cols", tile_m, tile_n, nq, nk, str(device))
+        key = ("cols", tile_m, tile_n, nq, nk, _device_key(device))
         if key not in self._cache:
             tiles = expand_layout(self.layout, self.block, tile_m, tile_n, nq, nk)
             self._cache[key] = block_lists(tiles.transpose(1, 2)).to(device)

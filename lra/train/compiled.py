@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attention_impls.registry import AttentionBackend
 from lra.core.errors import RunSetupError
 from lra.train import distributed as dist
 
@@ -77,6 +78,14 @@ class LossModel(nn.Module):
         return loss, hits.sum() if reduction == "mean" else hits
 
 
+def _prepare_attention(loss_model: LossModel, device: torch.device) -> None:
+    """Let every attention module build its per-shape constants eagerly, for the dtype its inputs will have."""
+    dtype = loss_model.autocast or torch.float32
+    for module in loss_model.modules():
+        if isinstance(module, AttentionBackend):
+            module.prepare(dtype, device)
+
+
 class CompiledLoss:
     """`LossModel` called compiled (or eagerly for mode none, or after a compile failure), DDP-wrapped under a
     launcher. DDP wraps the compiled module (DDP itself cannot be traced into one graph); its all-reduce hooks fire
@@ -88,6 +97,8 @@ class CompiledLoss:
         self.name = name  # the attention backend, for the fallback message
         self.fallback: str | None = None  # why the step fell back to eager
         self.compiled = mode != "none"
+        if self.compiled:
+            _prepare_attention(loss_model, device)
         self.fn = dist.wrap(self._compile(loss_model, mode) if self.compiled else loss_model, device)
 
     @staticmethod

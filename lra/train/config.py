@@ -30,6 +30,7 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "attention_dropout": 0.0,
     "pos_emb": "learned",  # learned | sinusoidal
     "pool": "cls",  # cls | mean
+    "embed_std": 1.0,  # std of the token embeddings' normal init (1.0: torch's nn.Embedding default)
     "head_dim": None,  # None: dim // heads
     "classifier_dim": None,  # hidden width of the classifier MLP; None: mlp_dim
 }
@@ -60,6 +61,10 @@ TRAIN_DEFAULTS: dict[str, Any] = {
 
 # Settings that change the speed of a run but not its result: resuming or aggregating across them is the same run.
 SPEED_SETTINGS = ("compile", "eval_batch_size", "data_placement")
+
+# Settings added after run records were first stored, with the value every earlier run used: a record without one
+# is the same config as a run that sets it to this value (same hash, aggregated together).
+LATER_SETTINGS: dict[str, dict[str, Any]] = {"model": {"embed_std": 1.0}}
 
 SECTIONS = ("task", "data", "model", "train", "attention")
 
@@ -221,8 +226,18 @@ def head_dim_of(config: dict[str, Any]) -> int:
 
 def outcome_config(config: dict[str, Any]) -> dict[str, Any]:
     """`config` without the train settings that change speed only (SPEED_SETTINGS): what decides the result."""
+    config = with_later_settings(config)
     train = {k: v for k, v in config["train"].items() if k not in SPEED_SETTINGS}
     return {**config, "train": train}
+
+
+def with_later_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` with each LATER_SETTINGS value it lacks (a record stored before the setting existed)."""
+    out = dict(config)
+    for section, values in LATER_SETTINGS.items():
+        if isinstance(out.get(section), dict):
+            out[section] = {**values, **out[section]}
+    return out
 
 
 def config_hash(config: dict[str, Any]) -> str:

@@ -105,6 +105,7 @@ MODEL_SETTINGS: dict[str, Setting] = {
     "attention_dropout": FRACTION,
     "pos_emb": Setting("enum", choices=("learned", "sinusoidal")),
     "pool": Setting("enum", choices=("cls", "mean")),
+    "embed_std": Setting("float", low=1e-6),
     "head_dim": Setting("int", low=1, optional=True),
     "classifier_dim": Setting("int", low=1, optional=True),
 }
