@@ -12,9 +12,12 @@
 
 Every mode is exact: the same loss and gradients as eager up to float rounding. Inductor draws random numbers with
 eager's ops (`fallback_random`), so dropout masks are the eager masks of the same seed, and a resumed compiled run
-repeats an uninterrupted one. Shapes are static (`dynamic=False`): a training step and an evaluation batch each
-compile once per padding pattern. A backend that cannot be compiled (a graph break under `fullgraph=True`, a
-compiler error) prints one line and the step runs eagerly from then on.
+repeats an uninterrupted one. One measured exception: on CUDA, compiled `naive` leaves eager's losses after the first
+step (tests/test_compiled_gpu.py, a strict xfail); its run is valid training, not eager's trajectory.
+
+Shapes are static (`dynamic=False`): a training step and an evaluation batch each compile once per padding pattern.
+A backend that cannot be compiled (a graph break under `fullgraph=True`, a compiler error) prints one line and the
+step runs eagerly from then on.
 
 LRA_COMPILER names another torch.compile backend (`aot_eager` in the CPU tests, where inductor compiles slowly).
 """
