@@ -4,6 +4,8 @@ not rewrite it into SDPA), and a split on the device gives the host path's batch
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -48,6 +50,7 @@ CASES = [("naive", "none"), ("flash", "none"), ("sdpa_mem_efficient", "none"), (
          ("block_sparse_flash", "bf16")]  # fmt: skip
 
 
+@functools.cache  # both tests below read one comparison per case
 def _compare(backend: str, amp: str, mode: str):
     """Eager and compiled runs of the same four steps: (tolerances, eager results, compiled results)."""
     cfg = load_config("listops", "tiny", [*SETS, f"train.amp={amp}"])
