@@ -277,3 +277,23 @@ def test_compiled_and_eager_steps_are_separate_speed_tables(tmp_path):
     compiled_t = tables["Training speed-up over naive (NVIDIA H200, preset default, compile max)"]
     assert "3.00x" in eager_t.markdown() and "4.00x" in compiled_t.markdown()
     assert "n=2" not in eager_t.markdown() + compiled_t.markdown()
+
+
+def test_speed_table_times_a_task_at_the_length_its_preset_has_now(tmp_path):
+    """fa-paper's Text moved from 4,000 to 1,000 bytes: three old records at 4,000 lose to two made with the current
+    config, so the table compares backends at the length the recipe trains at."""
+    now = load_config("text", "fa-paper")
+    old = load_config("text", "fa-paper", ["data.max_length=4000"])
+    records = [bench_record("text", b, s, seq=4000, preset="fa-paper", config=old) for b, s in
+               (("naive", 1.0), ("flash", 3.0), ("sdpa_flash", 3.0))]  # fmt: skip
+    records += [
+        bench_record("text", b, s, seq=1000, preset="fa-paper", config=now) for b, s in (("naive", 2.0), ("flash", 2.5))
+    ]
+    speed = tables_of(stored(tmp_path, records))["Training speed-up over naive (NVIDIA H200, preset fa-paper)"]
+    assert cell(speed, "flash", "text") == "1.25x (2.50/s)"
+    assert "text 1000" in " ".join(speed.notes) and not any(r[0].text == "sdpa_flash" for r in speed.cells())
+    without = [r for r in records if r["seq_len"] == 4000]  # no record of the current config: the most common length
+    speed = tables_of(stored(tmp_path, without, name="old"))[
+        "Training speed-up over naive (NVIDIA H200, preset fa-paper)"
+    ]
+    assert cell(speed, "flash", "text") == "3.00x (3.00/s)"

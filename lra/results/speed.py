@@ -11,7 +11,17 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from lra.results.aggregate import Agg, aggregate, config_key, fmt_agg, group_by, newest, refs_of, task_order
+from lra.results.aggregate import (
+    Agg,
+    aggregate,
+    config_key,
+    fmt_agg,
+    group_by,
+    is_canonical,
+    newest,
+    refs_of,
+    task_order,
+)
 from lra.results.published import FLASH_PAPER_SPEEDUP, LRA_TASKS, SPEEDUP_PRESET
 from lra.results.table import Cell, Row, Table, name, num
 
@@ -62,11 +72,13 @@ def _chosen(cell: list[dict[str, Any]], naive: list[dict[str, Any]]) -> list[dic
     return ok[latest] or [newest(configs[latest])]
 
 
-def _default_lengths(keys) -> dict[str, Any]:
-    """Each task's default length: the one most records share (the longer on a tie)."""
-    counts = Counter((k[3], k[5]) for k in keys)
+def _default_lengths(cells: dict[tuple, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Each task's length: that of its records made with the config `configs/` holds now (a preset that changed its
+    length, as fa-paper's Text did, is timed at the new one), else the one most records share (the longer on a tie)."""
+    counts = Counter((k[3], k[5]) for k in cells)
+    current = Counter((k[3], k[5]) for k, recs in cells.items() if any(is_canonical(r) for r in recs))
     out: dict[str, Any] = {}
-    for task, seq in sorted(counts, key=lambda k: (counts[k], k[1] or 0)):
+    for task, seq in sorted(counts, key=lambda k: (current[k] > 0, counts[k], k[1] or 0)):
         out[task] = seq  # the last one sorted wins
     return out
 
