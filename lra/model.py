@@ -1,8 +1,9 @@
 """The LRA classifier: a pre-LayerNorm Transformer encoder whose attention is built by name from the registry.
 
-Token ids (0 = padding) -> embedding + positions (learned or sinusoidal) -> [CLS] -> pre-LN blocks -> pooled
-(CLS or mean over real tokens) -> MLP head. Two-document tasks (retrieval) encode both documents with the same
-encoder and classify [e1, e2, e1*e2, e1-e2] (the LRA dual-tower head).
+Token ids (0 = padding) -> embedding + positions (learned or sinusoidal) -> [CLS] -> pre-LN blocks -> pooled (CLS,
+mean over real tokens, or `mean_all`: over every position with padding as zeros, as Nystromformer's LRA code, so the
+vector shrinks with the share of real tokens) -> MLP head. Two-document tasks (retrieval) encode both documents with
+the same encoder and classify [e1, e2, e1*e2, e1-e2] (the LRA dual-tower head).
 """
 
 from __future__ import annotations
@@ -125,6 +126,8 @@ class Encoder(nn.Module):
         if self.cls is not None:
             return x[:, 0]
         m = mask[..., None].to(x.dtype)
+        if self.pool == "mean_all":  # padding counts as zeros: the vector shrinks with the share of real tokens
+            return (x * m).sum(1) / n
         return (x * m).sum(1) / m.sum(1).clamp_min(1.0)
 
 

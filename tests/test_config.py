@@ -49,7 +49,7 @@ def test_bad_settings_are_clear_errors(tmp_path, override, message):
         ("data.num_train=abc", "data.num_train = 'abc' is not valid: expected an integer"),
         ("train.steps=0", "train.steps = 0 is not valid: expected an integer >= 1"),
         ("model.layers=true", "model.layers = True is not valid: expected an integer >= 1"),
-        ("model.pool=max", "model.pool = 'max' is not valid: expected one of cls, mean"),
+        ("model.pool=max", "model.pool = 'max' is not valid: expected one of cls, mean, mean_all"),
         ("train.schedule=exp", "train.schedule = 'exp' is not valid: expected one of rsqrt, cosine, linear, constant"),
         ("train.betas=[0.9]", r"train.betas = \[0.9\] is not valid: expected a list of 2 numbers in \[0, 1\)"),
         ("model.dropout=1", r"model.dropout = 1 is not valid: expected a number in \[0, 1\)"),

@@ -104,7 +104,7 @@ MODEL_SETTINGS: dict[str, Setting] = {
     "dropout": FRACTION,
     "attention_dropout": FRACTION,
     "pos_emb": Setting("enum", choices=("learned", "sinusoidal")),
-    "pool": Setting("enum", choices=("cls", "mean")),
+    "pool": Setting("enum", choices=("cls", "mean", "mean_all")),
     "embed_std": Setting("float", low=1e-6),
     "head_dim": Setting("int", low=1, optional=True),
     "classifier_dim": Setting("int", low=1, optional=True),
