@@ -3,4 +3,9 @@
 from lra.cli.main import main
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    from lra.train import distributed
+
+    if distributed.is_worker_process():
+        distributed.exit_worker(code)  # a rank leaves without the teardown that can abort it (see exit_worker)
+    raise SystemExit(code)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -39,6 +41,7 @@ def _worker(rank: int, world: int, rendezvous: str, cfg_path: str, out_dir: str,
               resume=resume)  # fmt: skip
     finally:
         dist.shutdown()
+    dist.exit_worker(0)
 
 
 def _spawn(world, tmp_path, name, stop_after=None, resume=False, sets=NO_DROPOUT):
@@ -142,6 +145,7 @@ def _dropout_worker(rank: int, world: int, rendezvous: str, cfg_path: str, out_d
         dist.shutdown()
     calls_per_step = len(masks) // 3
     torch.save([masks[i * calls_per_step] for i in range(3)], f"{out_dir}.masks.{rank}")
+    dist.exit_worker(0)
 
 
 def test_dropout_differs_per_rank_and_repeats_per_step(tmp_path):
@@ -166,6 +170,33 @@ def test_global_batch_must_divide_among_processes():
     assert sorted(sum((p.tolist() for p in parts), [])) == sorted(whole.tolist())
 
 
+def test_a_worker_leaves_with_its_code_and_output_but_without_teardown():
+    """exit_worker skips the interpreter's teardown (the atexit handler never prints) yet flushes what was printed."""
+    script = (
+        "import atexit, sys\n"
+        "from lra.train.distributed import exit_worker\n"
+        "atexit.register(lambda: print('teardown ran'))\n"
+        "print('written', end='')\n"
+        "sys.stderr.write('also written')\n"
+        "exit_worker(3)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "written", "also written")
+
+
+def test_python_m_lra_leaves_through_exit_worker_only_in_a_rank():
+    """`python -m lra` in a launcher's rank (WORLD_SIZE > 1) exits through exit_worker, elsewhere normally."""
+    env = {**os.environ, "WORLD_SIZE": "2", "PYTHONPATH": os.getcwd()}
+    hook = "import lra.train.distributed as d, atexit; atexit.register(lambda: print('teardown ran'))"
+    argv = [sys.executable, "-c", f"{hook}; import runpy; runpy.run_module('lra', run_name='__main__')", "list"]
+    as_rank = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    env["WORLD_SIZE"] = "1"
+    alone = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert as_rank.returncode == alone.returncode == 0
+    assert "teardown ran" not in as_rank.stdout and "teardown ran" in alone.stdout
+    assert as_rank.stdout.strip() == alone.stdout.replace("teardown ran", "").strip()
+
+
 def test_strip_nproc():
     assert strip_nproc(["run", "listops", "--nproc", "2", "--attn", "naive"]) == ["run", "listops", "--attn", "naive"]
     assert strip_nproc(["run", "x", "--nproc=4"]) == ["run", "x"]
@@ -182,6 +213,7 @@ def _bench_worker(rank: int, world: int, rendezvous: str, cfg_path: str, out_fil
         dist.shutdown()
     with open(f"{out_file}.{rank}", "w") as f:
         json.dump([{k: r[k] for k in ("status", "world_size", "metrics", "batch_size", "seq_len")} for r in recs], f)
+    dist.exit_worker(0)
 
 
 def test_bench_train_under_two_processes_counts_the_global_batch(tmp_path):

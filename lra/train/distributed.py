@@ -6,6 +6,8 @@ Single-process runs go through the same calls, which then do nothing.
 from __future__ import annotations
 
 import os
+import sys
+from typing import NoReturn
 
 import torch
 import torch.distributed as td
@@ -61,7 +63,7 @@ def init_from_env(device: str | None = None) -> None:
 
     NCCL on CUDA, gloo on CPU.
     """
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or is_initialized():
+    if not is_worker_process() or is_initialized():
         return
     use_cuda = torch.cuda.is_available() and (device is None or not str(device).startswith("cpu"))
     if use_cuda:
@@ -75,6 +77,24 @@ def shutdown() -> None:
     if is_initialized():
         td.barrier()
         td.destroy_process_group()
+
+
+def exit_worker(code: int) -> NoReturn:
+    """End a data-parallel worker process at once, its output flushed, without the interpreter's teardown.
+
+    After DDP, gloo's worker threads outlive `destroy_process_group` (DDP keeps the group alive). A gloo thread that
+    drops the last reference to a tensor while the interpreter finalizes needs the GIL, and Python 3.11 ends such a
+    thread with pthread_exit, which C++ turns into std::terminate: SIGABRT, "terminate called without an active
+    exception", now and then after a run that had finished and written everything. Leaving with `os._exit` skips
+    that teardown (and atexit handlers: call this when nothing is left to write)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def is_worker_process() -> bool:
+    """True in a process that a launcher started as one of several ranks (torchrun, `lra run --nproc`)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
 def broadcast_object(obj):
