@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import NoReturn
 
 from rich.markup import escape
 
@@ -17,6 +18,7 @@ from lra.cli import bench, data, leaderboard, listing, numerics, run, sweep
 from lra.cli.args import check_device
 from lra.core.errors import LraError
 from lra.core.progress import console
+from lra.train import distributed
 
 EPILOG = """examples:
   lra run listops --attn naive --preset tiny      a CPU-sized run in a couple of minutes
@@ -69,3 +71,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return 2
+
+
+def run_process() -> NoReturn:
+    """`python -m lra`: exit with main()'s status; a launcher's rank leaves through `exit_worker`, skipping the
+    interpreter teardown that can abort it (torchrun and `lra run --nproc` start ranks this way)."""
+    code = main()
+    if distributed.is_worker_process():
+        distributed.exit_worker(code)
+    raise SystemExit(code)
