@@ -187,7 +187,7 @@ def test_a_worker_leaves_with_its_code_and_output_but_without_teardown():
 def test_python_m_lra_leaves_through_exit_worker_only_in_a_rank():
     """`python -m lra` in a launcher's rank (WORLD_SIZE > 1) exits through exit_worker, elsewhere normally."""
     env = {**os.environ, "WORLD_SIZE": "2", "PYTHONPATH": os.getcwd()}
-    hook = "import lra.train.distributed as d, atexit; atexit.register(lambda: print('teardown ran'))"
+    hook = "import atexit; atexit.register(lambda: print('teardown ran'))"
     argv = [sys.executable, "-c", f"{hook}; import runpy; runpy.run_module('lra', run_name='__main__')", "list"]
     as_rank = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
     env["WORLD_SIZE"] = "1"

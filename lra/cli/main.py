@@ -18,7 +18,6 @@ from lra.cli import bench, data, leaderboard, listing, numerics, run, sweep
 from lra.cli.args import check_device
 from lra.core.errors import LraError
 from lra.core.progress import console
-from lra.train import distributed
 
 EPILOG = """examples:
   lra run listops --attn naive --preset tiny      a CPU-sized run in a couple of minutes
@@ -77,6 +76,8 @@ def run_process() -> NoReturn:
     """`python -m lra`: exit with main()'s status; a launcher's rank leaves through `exit_worker`, skipping the
     interpreter teardown that can abort it (torchrun and `lra run --nproc` start ranks this way)."""
     code = main()
+    from lra.train import distributed  # not at import: it loads torch, which `lra --help` never needs
+
     if distributed.is_worker_process():
         distributed.exit_worker(code)
     raise SystemExit(code)
