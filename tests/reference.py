@@ -1,5 +1,5 @@
-"""Independent fp64 reference attention for tests: written from the definition, one (batch, head) at a time; and the
-seed every random test draws from."""
+"""Independent fp64 reference attention for tests: written from the definition, one (batch, head) at a time; torch's
+OneCycleLR as the reference of the onecycle schedule; and the seed every random test draws from."""
 
 from __future__ import annotations
 
@@ -69,3 +69,22 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 def right_padded_mask(lengths: list[int], n: int, device: str = "cpu") -> torch.Tensor:
     """A bool (batch, n) mask with lengths[i] real tokens on the left of row i."""
     return torch.arange(n, device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]
+
+
+def onecycle_reference(lr: float, warmup: int, steps: int, beta2: float = 0.999) -> list[tuple[float, float]]:
+    """(lr, beta1) of each 1-based step 1..steps under torch.optim.lr_scheduler.OneCycleLR as Xiong et al.'s
+    run_tasks.py builds it (linear annealing, pct_start = warmup / steps, defaults otherwise): read from a dummy
+    AdamW's group before each optimizer.step() / scheduler.step() pair, i.e. at torch's step_num = step - 1."""
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.AdamW([param], lr=lr, betas=(0.9, beta2), eps=1e-6)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=lr, pct_start=warmup / steps, anneal_strategy="linear", total_steps=steps
+    )
+    out = []
+    for _ in range(steps):
+        group = optimizer.param_groups[0]
+        out.append((group["lr"], group["betas"][0]))
+        param.grad = torch.ones_like(param)
+        optimizer.step()
+        scheduler.step()
+    return out

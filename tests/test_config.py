@@ -1,5 +1,5 @@
 """Config loading: presets overlay, --set overrides, unknown keys and ill-typed values rejected in one clear line;
-learning-rate schedules against hand values."""
+learning-rate schedules against hand values, onecycle against torch's OneCycleLR."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 
 from lra.core.errors import ConfigError
 from lra.train.config import config_hash, load_config, parse_override
-from lra.train.schedules import lr_factor
+from lra.train.schedules import beta1_at, lr_factor
+from tests.reference import onecycle_reference
 from tests.toy_task import toy_config_path
 
 
@@ -50,7 +51,10 @@ def test_bad_settings_are_clear_errors(tmp_path, override, message):
         ("train.steps=0", "train.steps = 0 is not valid: expected an integer >= 1"),
         ("model.layers=true", "model.layers = True is not valid: expected an integer >= 1"),
         ("model.pool=max", "model.pool = 'max' is not valid: expected one of cls, mean, mean_all"),
-        ("train.schedule=exp", "train.schedule = 'exp' is not valid: expected one of rsqrt, cosine, linear, constant"),
+        (
+            "train.schedule=exp",
+            "train.schedule = 'exp' is not valid: expected one of rsqrt, cosine, linear, constant, onecycle",
+        ),
         ("train.betas=[0.9]", r"train.betas = \[0.9\] is not valid: expected a list of 2 numbers in \[0, 1\)"),
         ("model.dropout=1", r"model.dropout = 1 is not valid: expected a number in \[0, 1\)"),
         ("model.head_dim=x", "model.head_dim = 'x' is not valid: expected an integer >= 1 or null"),
@@ -128,8 +132,49 @@ def test_linear_schedule_warms_up_then_decays_to_zero_at_the_last_step():
     assert lin(200) == 0.0
     flat = lr_factor("linear", warmup=0, total_steps=4)
     assert [flat(s) for s in (1, 2, 3, 4)] == pytest.approx([0.75, 0.5, 0.25, 0.0])
-    with pytest.raises(ConfigError, match="unknown schedule 'exp'; known: rsqrt, cosine, linear, constant"):
+    with pytest.raises(ConfigError, match="unknown schedule 'exp'; known: rsqrt, cosine, linear, constant, onecycle$"):
         lr_factor("exp", warmup=0, total_steps=1)
+
+
+@pytest.mark.parametrize("lr, warmup, steps", [(1e-3, 7, 50), (1e-4, 175, 1000), (0.05, 2, 3)])
+def test_onecycle_lr_and_beta1_match_torch_onecyclelr_at_every_step(lr, warmup, steps):
+    """Our 1-based step s is OneCycleLR's step_num s - 1. The last steps' lr (down to lr / 2.5e5) is, in both, a
+    difference of numbers near lr, so it is compared to within 1e-14 lr besides 1e-12 relative."""
+    factor = lr_factor("onecycle", warmup=warmup, total_steps=steps)
+    beta1 = beta1_at("onecycle", warmup=warmup, total_steps=steps)
+    want = onecycle_reference(lr, warmup, steps)
+    got = [(lr * factor(s), beta1(s)) for s in range(1, steps + 1)]
+    assert [g[0] for g in got] == pytest.approx([w[0] for w in want], rel=1e-12, abs=1e-14 * lr)
+    assert [g[1] for g in got] == pytest.approx([w[1] for w in want], rel=1e-12, abs=0)
+    assert (factor(1), factor(warmup), factor(steps)) == pytest.approx((1 / 25, 1.0, 1 / 25 / 1e4), rel=1e-12)
+    assert (beta1(1), beta1(warmup), beta1(steps)) == pytest.approx((0.95, 0.85, 0.95), rel=1e-12)
+
+
+def test_only_onecycle_sets_beta1():
+    for schedule in ("rsqrt", "cosine", "linear", "constant"):
+        assert beta1_at(schedule, warmup=10, total_steps=100) is None
+
+
+@pytest.mark.parametrize(
+    "warmup, message",
+    [
+        (0, "train.warmup = 0 is too short for train.schedule = onecycle: .* must be at least 2$"),
+        (1, "train.warmup = 1 is too short for train.schedule = onecycle: .* must be at least 2$"),
+        (120, "train.warmup = 120 leaves no decay for train.schedule = onecycle: it must be below train.steps = 120$"),
+        (500, "train.warmup = 500 leaves no decay for train.schedule = onecycle: it must be below train.steps = 120$"),
+    ],
+)
+def test_onecycle_refuses_a_warmup_outside_2_to_steps_minus_1(tmp_path, warmup, message):
+    """OneCycleLR divides by zero there (warmup 1, or steps: its last phase is empty; warmup 0 has no rise)."""
+    sets = ["train.schedule=onecycle", f"train.warmup={warmup}"]
+    with pytest.raises(ConfigError, match=f"^{message}"):
+        load_config(toy_config_path(tmp_path), None, sets)  # the toy config has 120 steps
+    for schedule_of in (lr_factor, beta1_at):
+        with pytest.raises(ConfigError, match=message):
+            schedule_of("onecycle", warmup=warmup, total_steps=120)
+    assert load_config(toy_config_path(tmp_path), None, ["train.schedule=cosine", f"train.warmup={warmup}"])
+    for ok in (2, 119):
+        assert load_config(toy_config_path(tmp_path), None, ["train.schedule=onecycle", f"train.warmup={ok}"])
 
 
 def test_a_record_from_before_a_setting_existed_is_the_same_config(tmp_path):

@@ -1,4 +1,5 @@
-"""The training loop end to end on a toy task: learning, the run directory, resume, non-finite loss, refusals."""
+"""The training loop end to end on a toy task: learning, the run directory, resume, non-finite loss, refusals; the
+Trainer's onecycle lr and beta1 (against torch's OneCycleLR) and its fp16 loss scaling (on the CPU's GradScaler)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,18 @@ import torch
 
 from attention_impls import BACKENDS, AttentionBackend, Capabilities
 from lra.core.errors import NonFiniteLossError, RunSetupError
-from lra.train.checkpoint import LAST, load_checkpoint
+from lra.model import build_model
+from lra.train.checkpoint import LAST, load_checkpoint, save_checkpoint
 from lra.train.config import load_config
+from lra.train.device import wants_loss_scaling
 from lra.train.run import train
+from lra.train.trainer import Trainer, build_trainer
+from tasks import build_task
+from tests.reference import onecycle_reference
 from tests.toy_task import toy_config_path
 
 SHORT = ["train.steps=40", "train.eval_every=20"]
+CPU = torch.device("cpu")
 
 
 def run(tmp_path, backend="naive", overrides=(), **kw):
@@ -160,3 +167,130 @@ def test_backend_that_cannot_run_here_is_refused_up_front(tmp_path):
 def test_init_from_a_missing_run_is_a_clear_error(tmp_path):
     with pytest.raises(RunSetupError, match=r"no checkpoint at .*nowhere"):
         run(tmp_path, overrides=[f"train.init_from={tmp_path / 'nowhere'}"])
+
+
+def toy_trainer(tmp_path, overrides=(), **kw) -> Trainer:
+    """A Trainer on the toy task's model, built as build_trainer does but with Trainer's own keywords (`autocast`,
+    `loss_scaling`) free: the CPU tests reach the fp16 loss-scaling path this way."""
+    cfg = load_config(toy_config_path(tmp_path), None, list(overrides))
+    task = build_task(cfg["task"], **cfg["data"])
+    torch.manual_seed(cfg["train"]["seed"])
+    shape = dict(vocab_size=task.vocab_size, seq_len=task.seq_len, num_classes=task.num_classes, pair=task.pair)
+    model = build_model(cfg, "naive", **shape)
+    kw.setdefault("autocast", None)
+    return Trainer(model, cfg["train"], device=CPU, **kw)
+
+
+def toy_batches(tmp_path, count: int):
+    task = build_task("toy")
+    train_split = task.load("train")
+    tokens = torch.from_numpy(train_split.tokens.astype("int64"))
+    labels = torch.from_numpy(train_split.labels.astype("int64"))
+    return [(tokens[i * 32 : (i + 1) * 32], labels[i * 32 : (i + 1) * 32]) for i in range(count)]
+
+
+def weights(trainer: Trainer) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in trainer.model.parameters()]
+
+
+def test_trainer_applies_onecycle_lr_and_beta1_to_every_group(tmp_path):
+    """At steps 1, warmup, warmup + 1 and the last, each AdamW group steps with OneCycleLR's lr and beta1; the
+    configured betas[0] (0.9) is overridden, betas[1] kept."""
+    lr, warmup, steps = 0.01, 7, 20
+    sets = ["train.schedule=onecycle", f"train.warmup={warmup}", f"train.steps={steps}", f"train.lr={lr}"]
+    cfg = load_config(toy_config_path(tmp_path), None, sets)
+    trainer = build_trainer(cfg, build_task("toy"), "naive", CPU)
+    want = onecycle_reference(lr, warmup, steps)
+    seen = {}
+    for step, (tokens, labels) in enumerate(toy_batches(tmp_path, steps), 1):
+        trainer.step(tokens, labels)  # the groups keep what this step's AdamW update used until the next step
+        seen[step] = [(g["lr"], *g["betas"]) for g in trainer.optimizer.param_groups]
+    assert trainer.global_step == steps and len(trainer.optimizer.param_groups) == 2
+    for step in (1, warmup, warmup + 1, steps):
+        want_lr, want_beta1 = want[step - 1]
+        for got_lr, got_beta1, beta2 in seen[step]:
+            assert got_lr == pytest.approx(want_lr, rel=1e-12, abs=1e-14 * lr), step
+            assert got_beta1 == pytest.approx(want_beta1, rel=1e-12), step
+            assert beta2 == 0.98  # train.betas[1], the toy config's default
+    assert seen[1][0][:2] == pytest.approx((lr / 25, 0.95)) and seen[warmup][0][:2] == pytest.approx((lr, 0.85))
+
+
+def test_other_schedules_keep_the_configured_betas(tmp_path):
+    trainer = toy_trainer(tmp_path, ["train.betas=[0.8, 0.9]"])  # cosine
+    for tokens, labels in toy_batches(tmp_path, 2):
+        trainer.step(tokens, labels)
+    assert [g["betas"] for g in trainer.optimizer.param_groups] == [(0.8, 0.9), (0.8, 0.9)]
+
+
+def test_loss_scaling_is_on_by_default_for_fp16_on_cuda_only(tmp_path):
+    cuda = torch.device("cuda")
+    assert wants_loss_scaling(cuda, torch.float16)
+    assert not any(wants_loss_scaling(cuda, dtype) for dtype in (torch.bfloat16, None))
+    assert not any(wants_loss_scaling(CPU, dtype) for dtype in (torch.float16, torch.bfloat16, None))
+    for autocast in (torch.float16, torch.bfloat16, None):  # on the CPU, the numerics study's fp16 stays unscaled
+        trainer = toy_trainer(tmp_path, autocast=autocast)
+        assert trainer.scaler is None and "scaler" not in trainer.state_dict()
+    assert isinstance(toy_trainer(tmp_path, loss_scaling=True).scaler, torch.amp.GradScaler)
+
+
+@pytest.mark.parametrize("grad_clip", [0.0, 1.0])
+def test_a_scaled_step_takes_the_unscaled_update_when_nothing_overflows(tmp_path, grad_clip):
+    """fp32, scale 2^16: scaling and unscaling are exact, so the updates agree to rounding. AdamW's eps (1e-2 here,
+    near the gradients' size) makes the update depend on the gradients' scale, so a missing unscale (before clipping
+    or at all) would show."""
+    sets = ["train.eps=1e-2", f"train.grad_clip={grad_clip}"]
+    plain, scaled = toy_trainer(tmp_path, sets), toy_trainer(tmp_path, sets, loss_scaling=True)
+    start = weights(plain)
+    for tokens, labels in toy_batches(tmp_path, 3):
+        assert scaled.step(tokens, labels).loss.item() == plain.step(tokens, labels).loss.item()
+        for a, b in zip(plain.model.parameters(), scaled.model.parameters(), strict=True):
+            torch.testing.assert_close(b.grad, a.grad)  # unscaled in place before the update
+    for a, b, s in zip(weights(plain), weights(scaled), start, strict=True):
+        assert not torch.equal(a, s)
+        torch.testing.assert_close(b, a)
+    assert scaled.scaler.get_scale() == 2.0**16 and scaled.state_dict()["scaler"]["_growth_tracker"] == 3
+
+
+def test_an_overflowing_fp16_step_is_skipped_but_counted(tmp_path):
+    """fp16 autocast on the CPU with a scale of 2^40: the scaled gradients overflow fp16, so AdamW does not step, the
+    scale halves, and the step still counts (the next one takes the schedule's next lr)."""
+    trainer = toy_trainer(tmp_path, autocast=torch.float16, loss_scaling=True)
+    trainer.scaler.load_state_dict({**trainer.scaler.state_dict(), "scale": 2.0**40})
+    start = weights(trainer)
+    (tokens, labels), second = toy_batches(tmp_path, 2)
+    loss = trainer.step(tokens, labels).loss
+    assert torch.isfinite(loss) and trainer.global_step == 1
+    assert all(torch.equal(a, b) for a, b in zip(weights(trainer), start, strict=True))
+    assert trainer.scaler.get_scale() == 2.0**39
+    trainer.scaler.load_state_dict({**trainer.scaler.state_dict(), "scale": 2.0**8})
+    trainer.step(*second)
+    assert trainer.global_step == 2 and not torch.equal(weights(trainer)[0], start[0])
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.01 * 2 / 10)  # cosine warm-up, step 2 of 10
+
+
+def test_scaler_state_round_trips_and_checkpoints_without_it_load(tmp_path):
+    """A resumed scaled run continues exactly (scale and growth tracker restored); a checkpoint from before loss
+    scaling (no 'scaler' key) loads into a fresh scaler."""
+    first, later = toy_batches(tmp_path, 3)[:2], toy_batches(tmp_path, 3)[2]
+    a = toy_trainer(tmp_path, loss_scaling=True)
+    a.scaler.load_state_dict({**a.scaler.state_dict(), "scale": 2.0**10})
+    for batch in first:
+        a.step(*batch)
+    save_checkpoint(tmp_path / LAST, a.state_dict())  # as a run writes it (a copy: state_dict() shares tensors)
+    state = load_checkpoint(tmp_path / LAST)
+    assert state["scaler"] == {**a.scaler.state_dict(), "scale": 2.0**10, "_growth_tracker": 2}
+    b = toy_trainer(tmp_path, loss_scaling=True)
+    assert b.scaler.state_dict() != state["scaler"]
+    b.load_state_dict(state)
+    assert b.scaler.state_dict() == state["scaler"] and b.global_step == 2
+    a.step(*later)
+    b.step(*later)
+    assert all(torch.equal(x, y) for x, y in zip(weights(a), weights(b), strict=True))
+    assert b.state_dict()["scaler"] == a.state_dict()["scaler"]
+    old = {k: v for k, v in state.items() if k != "scaler"}
+    c = toy_trainer(tmp_path, loss_scaling=True)
+    c.load_state_dict(old)
+    assert c.global_step == 2 and c.scaler.get_scale() == 2.0**16  # a fresh scaler
+    unscaled = toy_trainer(tmp_path)
+    unscaled.load_state_dict(state)  # a scaled run's checkpoint resumed without scaling ignores the key
+    assert unscaled.global_step == 2

@@ -12,7 +12,8 @@ least-squares slope over steps; the ratios of each A-vs-B pair's slope and last 
 paper's comparison (flash 2-5x below low-precision training).
 
 Attention dropout is set to 0: backends draw their dropout masks differently, which would swamp the numerics.
-fp16 training here has no loss scaling unless the trainer applies it (`loss_scaling` in the record says which).
+fp16 training here is loss-scaled where the trainer scales it, on CUDA (lra.train.device.wants_loss_scaling); the
+CPU's fp16 control trains unscaled. `loss_scaling` in the record says which.
 """
 
 from __future__ import annotations
@@ -219,7 +220,7 @@ def weights_study(
     'numerics_weights'). Runs go to a temporary folder (or `keep_runs`) and write no result records of their own."""
     from lra.core.environment import environment
     from lra.train.config import load_config
-    from lra.train.device import resolve_device
+    from lra.train.device import resolve_device, wants_loss_scaling
 
     config = load_config(task, preset, list(overrides or []))
     config["model"]["attention_dropout"] = 0.0
@@ -246,7 +247,7 @@ def weights_study(
         "steps": config["train"]["steps"],
         "controls": list(controls),
         "deterministic": deterministic_runs,
-        "loss_scaling": False,
+        "loss_scaling": wants_loss_scaling(dev, torch.float16),
         "metrics": {"pairs": curves, "ratios": control_ratios(curves, ab_pairs, controls_by_name)},
         "config": config,
     }

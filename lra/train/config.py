@@ -17,6 +17,7 @@ import yaml
 
 from lra.core.errors import ConfigError
 from lra.core.hashing import stable_hash
+from lra.train.schedules import check_schedule
 from lra.train.settings import check_settings, data_settings
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
@@ -39,17 +40,17 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "batch_size": 32,
     "steps": 1000,
     "lr": 1e-3,
-    "schedule": "rsqrt",  # rsqrt | cosine | linear | constant
+    "schedule": "rsqrt",  # rsqrt | cosine | linear | constant | onecycle (lra.train.schedules)
     "warmup": 100,
     "weight_decay": 0.0,
-    "betas": [0.9, 0.98],
+    "betas": [0.9, 0.98],  # under schedule onecycle, betas[0] is ignored: beta1 cycles 0.95 -> 0.85 -> 0.95
     "eps": 1e-9,
     "grad_clip": 1.0,  # 0 disables
     "eval_every": 200,
     "eval_batches": 0,  # 0: the whole split
     "checkpoint_every": 0,  # 0: at every evaluation
     "log_every": 10,
-    "amp": "bf16",  # bf16 (fp16) autocast on CUDA; none: full precision. Ignored on CPU (but by the numerics study)
+    "amp": "bf16",  # bf16 (fp16, loss-scaled) autocast on CUDA; none: fp32. Ignored on CPU (but by the numerics study)
     "seed": 0,
     "init_from": None,  # a run directory or checkpoint to start from (positions upsampled on the 2-D grid)
     "acc_thresholds": [0.5, 0.6, 0.7],  # record wall-clock time when validation accuracy first reaches these
@@ -217,6 +218,8 @@ def validate(config: dict[str, Any]) -> None:
         raise ConfigError(
             f"model.dim ({m['dim']}) must be divisible by model.heads ({m['heads']}), or set model.head_dim"
         )
+    t = config["train"]
+    check_schedule(t["schedule"], warmup=t["warmup"], total_steps=t["steps"])
 
 
 def head_dim_of(config: dict[str, Any]) -> int:

@@ -1,4 +1,5 @@
-"""Where training runs and in which precision: the device from a `--device` value, the autocast dtype from train.amp."""
+"""Where training runs and in which precision: the device from a `--device` value, the autocast dtype from train.amp
+and whether its steps scale the loss."""
 
 from __future__ import annotations
 
@@ -46,3 +47,11 @@ def autocast_dtype(device: torch.device, amp: str, *, cpu_amp: bool = False) -> 
     if device.type == "cuda" or (device.type == "cpu" and cpu_amp):
         return AMP_DTYPES[amp]
     return None
+
+
+def wants_loss_scaling(device: torch.device, autocast: torch.dtype | None) -> bool:
+    """Whether a step scales its loss by default: fp16 autocast on CUDA, whose small gradients underflow fp16 unscaled.
+
+    The CPU's fp16 autocast (the numerics study's control) keeps its unscaled steps unless asked (Trainer's
+    `loss_scaling`); bf16 has fp32's exponent range and needs no scaling."""
+    return autocast is torch.float16 and device.type == "cuda"

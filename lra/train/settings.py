@@ -114,7 +114,7 @@ TRAIN_SETTINGS: dict[str, Setting] = {
     "batch_size": POSITIVE_INT,
     "steps": POSITIVE_INT,
     "lr": Setting("float", low=0),
-    "schedule": Setting("enum", choices=SCHEDULES),
+    "schedule": Setting("enum", choices=SCHEDULES),  # onecycle also sets beta1: train.betas[0] is then ignored
     "warmup": COUNT,
     "weight_decay": Setting("float", low=0),
     "betas": Setting("list", item=FRACTION, length=2),

@@ -1,8 +1,9 @@
 """The one training step: `lra run`, `lra bench train` and the numerics study all train through `Trainer.step()`.
 
 A `Trainer` owns the model (DDP-wrapped under a launcher), AdamW with weight-decay groups, the learning-rate
-schedule, autocast, gradient clipping and the step counter. Dropout draws from a torch RNG seeded at every step from
-(seed, rank, step), so data-parallel ranks draw different masks and a resumed run draws the same ones.
+schedule (beta1's too under onecycle), autocast, loss scaling (fp16 on CUDA), gradient clipping and the step counter.
+Dropout draws from a torch RNG seeded at every step from (seed, rank, step), so data-parallel ranks draw different
+masks and a resumed run draws the same ones.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from lra.model import build_model, padding_flags
 from lra.train import distributed as dist
 from lra.train.compiled import CompiledLoss, LossModel, compile_errors, resolve_mode
 from lra.train.config import head_dim_of
-from lra.train.device import autocast_dtype
+from lra.train.device import autocast_dtype, wants_loss_scaling
 from lra.train.feed import Feed, HostSplit
-from lra.train.schedules import lr_factor
+from lra.train.schedules import beta1_at, lr_factor
 from tasks.registry import Split, Task
 
 EVAL_BATCH_FACTOR = 4  # train.eval_batch_size null: this many training batches per evaluation batch
@@ -55,8 +56,12 @@ class Trainer:
     """Model, optimizer, schedule, autocast (`autocast`: a dtype, or None for full precision), clipping, step count.
 
     `train` is the config's `train:` section. The step counter `global_step` counts optimizer steps taken; the
-    learning rate of the next step is lr * schedule(global_step + 1) (schedules are 1-based as in the LRA code).
-    `compile_mode` is a resolved train.compile mode (lra.train.compiled); `name` the attention backend, for messages.
+    learning rate of the next step is lr * schedule(global_step + 1) (schedules are 1-based as in the LRA code), and
+    under onecycle its beta1 is beta1_at(global_step + 1) (train.betas[0] is then ignored), so a resumed run needs no
+    scheduler state. `compile_mode` is a resolved train.compile mode (lra.train.compiled); `name` the attention
+    backend, for messages. `loss_scaling` (None: `wants_loss_scaling`) steps through a torch.amp.GradScaler of the
+    device's type: the loss is scaled before backward, gradients unscaled before clipping, and a step with inf/nan
+    gradients is skipped by the optimizer but still counted, for the schedule too (as Xiong et al.'s run_tasks.py).
     """
 
     def __init__(
@@ -68,6 +73,7 @@ class Trainer:
         autocast: torch.dtype | None,
         compile_mode: str = "none",
         name: str = "model",
+        loss_scaling: bool | None = None,
     ) -> None:
         self.model = model
         self.device = device
@@ -76,7 +82,9 @@ class Trainer:
         self.grad_clip = train["grad_clip"]
         self.seed = train["seed"]
         self.eval_batch_size = train["eval_batch_size"] or EVAL_BATCH_FACTOR * train["batch_size"]
-        self.factor = lr_factor(train["schedule"], warmup=train["warmup"], total_steps=train["steps"])
+        schedule = {"warmup": train["warmup"], "total_steps": train["steps"]}
+        self.factor = lr_factor(train["schedule"], **schedule)
+        self.beta1 = beta1_at(train["schedule"], **schedule)
         self.fused = {"fused": True} if device.type == "cuda" else {}  # one kernel for the whole AdamW update
         self.optimizer = torch.optim.AdamW(
             decay_groups(model, train["weight_decay"]),
@@ -87,35 +95,56 @@ class Trainer:
         )
         loss_model = LossModel(model, device_type=device.type, autocast=autocast)
         self.loss = CompiledLoss(loss_model, compile_mode, device=device, name=name)
+        if loss_scaling is None:
+            loss_scaling = wants_loss_scaling(device, autocast)
+        self.scaler = torch.amp.GradScaler(device.type) if loss_scaling else None
         self.global_step = 0
 
     def step(self, tokens: torch.Tensor, labels: torch.Tensor, padded: Sequence[bool] | None = None) -> StepStats:
-        """One optimizer step on a batch: schedule, forward and loss under autocast, backward, clip, AdamW.
+        """One optimizer step on a batch: schedule, forward and loss under autocast, (scaled) backward, clip, AdamW.
 
         `padded` (per document: does any sequence have padding; see lra.model.padding_flags) is found from the
         tokens when not given, which waits for the device.
         """
         if padded is None:
             padded = padding_flags(tokens, pair=tokens.dim() == 3)
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.base_lr * self.factor(self.global_step + 1)
+        self._set_schedule(self.global_step + 1)
         self.model.train()
         try:
             loss, correct = self._forward_backward(tokens, labels, padded)
         except compile_errors() as e:  # the compiled step cannot be built for this backend: eager from now on
             self._fall_back(e)
             loss, correct = self._forward_backward(tokens, labels, padded)
-        if self.grad_clip:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-        self.optimizer.step()
-        self.global_step += 1
+        self._update()
+        self.global_step += 1  # a step the scaler skipped counts too: the schedule moves on, as in the LRA code
         return StepStats(self.loss.keep(loss), self.loss.keep(correct), len(labels))
+
+    def _update(self) -> None:
+        """Clip and take the AdamW step; with loss scaling, unscale before clipping and skip inf/nan gradients."""
+        if self.grad_clip:
+            if self.scaler is not None:
+                self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        if self.scaler is None:
+            self.optimizer.step()
+        else:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+
+    def _set_schedule(self, step: int) -> None:
+        """Each group's lr (and, under onecycle, beta1) for 1-based `step`."""
+        lr = self.base_lr * self.factor(step)
+        beta1 = self.beta1(step) if self.beta1 is not None else None
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+            if beta1 is not None:
+                group["betas"] = (beta1, group["betas"][1])
 
     def _forward_backward(self, tokens, labels, padded) -> tuple[torch.Tensor, torch.Tensor]:
         torch.manual_seed(step_seed(self.seed, dist.rank(), self.global_step))  # a retry draws the same dropout
         self.optimizer.zero_grad(set_to_none=True)
         loss, correct = self.loss(tokens, labels, tuple(padded), "mean")
-        loss.backward()
+        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
         return loss, correct
 
     @torch.no_grad()
@@ -164,15 +193,22 @@ class Trainer:
         return {"loss": totals[0].item() / count, "acc": totals[1].item() / count, "count": int(totals[2].item())}
 
     def state_dict(self) -> dict[str, Any]:
-        """Weights, optimizer state and step count (what a checkpoint needs to continue exactly)."""
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.global_step}
+        """Weights, optimizer state, step count and, with loss scaling, the scaler's (what a checkpoint needs to
+        continue exactly)."""
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.global_step}
+        if self.scaler is not None:
+            state["scaler"] = self.scaler.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The state of `state_dict()`; one without a scaler's (written before loss scaling) starts a fresh one."""
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         for group in self.optimizer.param_groups:  # a checkpoint from another device keeps this device's kernel
             group["fused"] = self.fused.get("fused")
         self.global_step = int(state["step"])
+        if self.scaler is not None and "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
 
 
 def cannot_run(config: dict[str, Any], backend: str, device: torch.device) -> str | None:
