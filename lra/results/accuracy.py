@@ -1,9 +1,8 @@
 """Accuracy tables: one per preset (the papers' rows beside the runs of the recipe they used), runs whose settings
-differ from configs/, smoke runs, and time to accuracy. Every measured cell aggregates the seeds of one config."""
+differ from configs/, and smoke runs. Every measured cell aggregates the seeds of one config."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 from lra.results.aggregate import (
@@ -26,12 +25,6 @@ PRESET_TITLES = {
     "fa-paper": "the FlashAttention paper's recipe",
     "tiny": "CPU-sized smoke runs",
 }
-
-
-NO_HISTORY = (
-    "No learning curves: these run records carry no evaluation history (the `history` field, one {step, val_acc,"
-    " time} per evaluation, stored by runs that record it)."
-)
 
 
 def preset_order(presets) -> list[str]:
@@ -143,50 +136,3 @@ def other_runs_table(runs: list[dict[str, Any]]) -> Table | None:
     header = ["task", "backend", "preset", "config", "differs from configs/", "test acc", "best val acc", "steps"]
     notes = [f"Accuracy (%) of runs whose settings are not those of configs/ now, one row per config. {SEEDS_NOTE}"]
     return Table("Runs with other settings", [*header, "source"], rows, notes, section="accuracy")
-
-
-def time_to_accuracy_table(runs: list[dict[str, Any]]) -> Table | None:
-    """Wall-clock seconds to reach each validation accuracy threshold, aggregated over seeds like accuracy."""
-    groups = group_by([r for r in runs if r.get("preset") != "tiny"], run_key)
-    if not groups:
-        return None
-    thresholds = sorted(
-        {float(k) for recs in groups.values() for r in recs for k in _train(r).get("acc_thresholds") or []}
-    )
-    rows = []
-    for key, recs in sorted(groups.items(), key=lambda kv: (task_order([kv[0][0]]), *map(str, kv[0]))):
-        task, backend, preset, cfg, store = key
-        config = "configs/" if is_canonical(recs[0]) else str(cfg)[:8]
-        times = aggregate(r.get("metrics", {}).get("train_time_s") for r in recs)
-        cells = [Cell(str(task)), name(str(backend)), Cell(str(preset)), Cell(config), acc_cell(recs)]
-        cells.append(num(fmt_agg(times, digits=0), few=times is not None and times.few))
-        cells += [_reached_cell(recs, t) for t in thresholds]
-        rows.append(Row([*cells, Cell(f"measured ({store})")]))
-    header = ["task", "backend", "preset", "config", "test acc", "train time (s)"]
-    header += [f"s to {100 * t:.0f}% val" for t in thresholds]
-    notes = [
-        "Wall-clock training seconds (evaluation included) on the run's device until the validation accuracy first"
-        f" reached each threshold: mean ± std over the seeds that reached it. {SEEDS_NOTE}"
-    ]
-    if not any(r.get("history") for recs in groups.values() for r in recs):
-        notes.append(NO_HISTORY)
-    return Table("Time to accuracy", [*header, "source"], rows, notes, section="time")
-
-
-def _train(rec: dict[str, Any]) -> dict[str, Any]:
-    config = rec.get("config")
-    return (config.get("train") or {}) if isinstance(config, dict) else {}
-
-
-def _reached_cell(recs: list[dict[str, Any]], threshold: float) -> Cell:
-    reached = defaultdict(list)
-    for r in recs:
-        times = {float(k): v for k, v in (r.get("metrics", {}).get("time_to_acc_s") or {}).items()}
-        reached[threshold in times].append(times.get(threshold))
-    if not reached[True]:
-        return Cell("not reached" if recs else "-")
-    agg = aggregate(reached[True])
-    text = fmt_agg(agg, digits=0)
-    if reached[False]:
-        text += f", {len(reached[True])} of {len(recs)} reached"
-    return num(text, refs=refs_of(recs), few=agg.few)

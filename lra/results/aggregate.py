@@ -91,11 +91,14 @@ def fmt_agg(agg: Agg | None, *, scale: float = 1.0, digits: int = 1, unit: str =
     """'36.5 ± 1.2 (n=3)'; with fewer than MIN_SEEDS values the text ends with FEW_MARK; '-' for no values."""
     if agg is None:
         return "-"
-    text = f"{scale * agg.mean:,.{digits}f}"
-    if agg.std is not None:
-        text += f" ± {scale * agg.std:,.{digits}f}"
-    text += f"{unit} (n={agg.n})"
+    text = f"{fmt_mean_std(agg, scale=scale, digits=digits)}{unit} (n={agg.n})"
     return f"{text} {FEW_MARK}" if mark_few and agg.few else text
+
+
+def fmt_mean_std(agg: Agg, *, scale: float = 1.0, digits: int = 1) -> str:
+    """'36.5 ± 1.2', or '36.5' for a single value: the figure of a cell without its seed count."""
+    text = f"{scale * agg.mean:,.{digits}f}"
+    return text if agg.std is None else f"{text} ± {scale * agg.std:,.{digits}f}"
 
 
 def group_by(records: Iterable[dict[str, Any]], key: Callable[[dict[str, Any]], Any]) -> dict[Any, list[dict]]:

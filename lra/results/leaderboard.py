@@ -16,13 +16,14 @@ from typing import Any
 
 from lra.core.atomic import atomic_open
 from lra.core.errors import ConfigError
-from lra.results.accuracy import accuracy_tables, time_to_accuracy_table
+from lra.results.accuracy import accuracy_tables
 from lra.results.aggregate import SEEDS_NOTE, config_key, group_by, newest, seed_of
 from lra.results.kernels import attention_tables
 from lra.results.numerics_tables import knobs_table, reproduction_table, weights_table
 from lra.results.speed import scaling_table, speed_tables
 from lra.results.store import default_stores, display_path, load_records, results_dir, store_label
 from lra.results.table import Cell, Page, Ref, Row, Table, md_escape, name, num
+from lra.results.time_to_accuracy import time_to_accuracy_tables
 
 FILES = {"md": "LEADERBOARD.md", "html": "leaderboard.html"}
 PLOTS_MISSING = "Plots need matplotlib (the plots extra): pip install -e '.[plots]', then rerun lra leaderboard."
@@ -71,7 +72,7 @@ def build_tables(records: list[dict[str, Any]]) -> list[Table]:
     bench = [r for r in records if r.get("kind") == "bench_train"]
     tables: list[Table | None] = [
         *accuracy_tables(runs),
-        time_to_accuracy_table(runs),
+        *time_to_accuracy_tables(runs),
         *speed_tables([r for r in bench if r.get("world_size", 1) == 1]),
         scaling_table(bench),
         *attention_tables([r for r in records if r.get("kind") == "bench_attention"]),
