@@ -30,7 +30,7 @@ from lra.results.aggregate import (
 from lra.results.table import FEW_MARK, Cell, Row, Table, name, num
 
 TARGET_FRACTIONS = (0.5, 0.9, 1.0)  # of the way from the majority class to the weakest backend's mean best val acc
-STEPS_PER_UNIT = 200  # targets are rounded down to 1/200 = 0.5 percentage points
+HALF_POINTS_PER_ONE = 200  # targets are rounded down to 1/200 = 0.5 percentage points
 
 TARGETS_NOTE = (
     "Targets, one set per task and config (the rows that list them): 50%, 90% and 100% of the way from the task's"
@@ -70,7 +70,7 @@ def blocks(runs: Runs) -> dict[Block, dict[str, Runs]]:
 
 def round_down(acc: float) -> float:
     """`acc` rounded down to 0.5 percentage points; float error in the sum (0.25 as 0.24999...) does not drop a step."""
-    return math.floor(round(acc * STEPS_PER_UNIT, 6)) / STEPS_PER_UNIT
+    return math.floor(round(acc * HALF_POINTS_PER_ONE, 6)) / HALF_POINTS_PER_ONE
 
 
 def majority_of(recs: Runs) -> float | None:
