@@ -142,8 +142,9 @@ def time_to_accuracy_figure(runs: list[dict[str, Any]], preset: str, path: Path)
     for ax, task in zip(axes[0], tasks):
         mine = {label: pts for (t, label), pts in sorted(points.items()) if t == task}
         for label, pts in mine.items():
-            ax.errorbar([x for x, _ in pts], [a.mean for _, a in pts], yerr=[a.std or 0 for _, a in pts],
-                        marker="o", capsize=3, color=palette[label], label=label)  # fmt: skip
+            xs, aggs = [x for x, _ in pts], [a for _, a in pts]
+            yerr = [a.std or 0 for a in aggs]
+            ax.errorbar(xs, [a.mean for a in aggs], yerr=yerr, marker="o", capsize=3, color=palette[label], label=label)
         ax.set_xticks(sorted({x for pts in mine.values() for x, _ in pts}))
         ax.set_title(task)
         grid(ax, "validation accuracy target (%)", "training seconds (wall-clock)", legend=True)
