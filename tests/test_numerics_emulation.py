@@ -53,8 +53,26 @@ def test_fp64_everywhere_is_fp64_attention(form):
     assert (out[1, :, :17] - ref[1, :, :17]).abs().max().item() < 1e-12
 
 
+def assert_same_up_to_product_order(got: torch.Tensor, want: torch.Tensor, what) -> None:
+    """got equals want as far as two batchings of the same fp32 tile products allow. A CPU BLAS may sum a product's
+    terms in another order for another batch shape, so fp32 results differ by a few fp32 rounding errors, and fp16 or
+    bf16 results are the same bits but for rare one-ulp flips where that noise crosses a rounding boundary. A real
+    difference in the algorithm (an intermediate in another precision, a missed rescale) moves far more."""
+    dtype = got.dtype
+    got, want = got.double(), want.double()
+    fp32_noise = 8 * torch.finfo(torch.float32).eps * want.abs().max()
+    if dtype == torch.float32:
+        assert (got - want).abs().max() <= fp32_noise, what
+        return
+    info = torch.finfo(dtype)
+    flips = got != want
+    one_ulp = info.eps * torch.maximum(got.abs(), want.abs()) + info.eps * info.smallest_normal
+    assert flips.double().mean() <= 0.01, (what, flips.double().mean().item())
+    assert bool(((got - want).abs() <= one_ulp)[flips].all()), what
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-def test_fp32_state_is_flash_blockwise_bit_for_bit(dtype):
+def test_fp32_state_is_flash_blockwise(dtype):
     q, k, v = draw(2, 2, 70, 16, dtype=dtype, seed=2)
     lengths = torch.tensor([70, 33])
     for bm, bn in ((32, 16), (16, 32), (64, 64)):
@@ -62,7 +80,18 @@ def test_fp32_state_is_flash_blockwise_bit_for_bit(dtype):
         got = emulated_attention(q, k, v, emu, lengths=lengths)
         want = blockwise_attention(q, k, v, lengths, block_m=bm, block_n=bn)
         assert got.dtype == dtype
-        assert torch.equal(got[0], want[0]) and torch.equal(got[1, :, :33], want[1, :, :33]), (bm, bn)
+        assert_same_up_to_product_order(got[0], want[0], (bm, bn))
+        assert_same_up_to_product_order(got[1, :, :33], want[1, :, :33], (bm, bn))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_same_up_to_product_order_tells_p_in_fp32_from_p_in_the_input_format(dtype):
+    q, k, v = draw(2, 2, 70, 16, dtype=dtype, seed=2)
+    emu = build_emulation("fa2-fp32-state", head_dim=16, block_m=32, block_n=16, p="fp32")
+    got = emulated_attention(q, k, v, emu)
+    want = blockwise_attention(q, k, v, None, block_m=32, block_n=16)
+    with pytest.raises(AssertionError):
+        assert_same_up_to_product_order(got, want, "P in fp32")
 
 
 @pytest.mark.parametrize("form", FORMS)
