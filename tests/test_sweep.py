@@ -20,11 +20,12 @@ import pytest
 from rich.console import Console
 
 from lra.cli.main import main
+from lra.cli.sweep import _live
 from lra.core.errors import ConfigError, RunSetupError
 from lra.results.store import load_records
 from lra.sweep.grid import build_grid, clear_unstarted, parse_seeds, run_state
 from lra.sweep.local import LaunchOptions, LocalPool, slots_for, try_lock
-from lra.sweep.table import Board, Row, read_progress
+from lra.sweep.table import Board, LineLog, Row, read_progress
 from tests.sweep_cli import write_configs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -284,3 +285,51 @@ def test_dry_run_shows_the_grid_and_starts_nothing(tmp_path, capsys):
     text = capsys.readouterr().out
     assert all(name in text for name in NAMES) and "8 pending (start)" in text
     assert not (tmp_path / "sweeps").exists()
+
+
+def test_a_log_gets_a_line_per_state_change_and_progress_at_most_once_a_minute(tmp_path):
+    (toy, _) = write_configs(tmp_path)
+    runs = build_grid(tasks=[toy], attns=["naive"], seeds=[0, 1], presets=["default"], overrides=[], root=tmp_path)
+    board, now = Board(runs, "t"), [0.0]
+    for run in runs:
+        board.set(run, "pending (start)", "")
+    log = LineLog(board, every_s=60.0, clock=lambda: now[0])
+    assert log.lines() == []  # pending runs are not news
+    first, second = runs
+    board.set(first, "running", "gpu 0")
+    (line,) = log.lines()
+    assert f"{first.name}: running (gpu 0), step 0/60" in line
+    metrics = first.run_dir / "metrics.jsonl"
+    metrics.parent.mkdir(parents=True)
+    metrics.write_text(json.dumps({"step": 10, "val_acc": 0.5, "time": 2.0}) + "\n")
+    board.refresh()
+    now[0] = 59.0
+    assert log.lines() == []  # the step moved, but within the minute
+    metrics.write_text(metrics.read_text() + json.dumps({"step": 20, "val_acc": 0.4, "time": 4.0}) + "\n")
+    board.refresh()
+    now[0] = 60.0
+    (line,) = log.lines()
+    assert "step 20/60, val 40.0% (best 50.0%), ETA 00:00:08" in line  # 40 steps left at 5 steps/s
+    now[0] = 200.0
+    assert log.lines() == []  # no new step: no line
+    board.set(first, "done", "")
+    board.set(second, "failed", "exit 1")
+    lines = log.lines()
+    assert [f"{first.name}: done" in lines[0], f"{second.name}: failed (exit 1)" in lines[1]] == [True, True]
+
+
+def test_a_sweep_logging_to_a_file_prints_lines_not_a_live_table(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("LRA_QUIET", "0")  # the suite runs quiet
+    (toy, _) = write_configs(tmp_path)
+    (run,) = build_grid(tasks=[toy], attns=["naive"], seeds=[0], presets=["default"], overrides=[], root=tmp_path)
+    board = Board([run], "t")
+    with _live(board) as tick:  # pytest's captured stderr is not a terminal
+        board.set(run, "running", "cpu")
+        tick()
+        board.set(run, "done", "")
+        tick()
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(" ", 1)[1] for line in err] == [
+        f"{run.name}: running (cpu), step 0/60",
+        f"{run.name}: done, step 0/60",
+    ]

@@ -157,11 +157,25 @@ def _device_problems(runs, device: str | None) -> list[str]:
 
 @contextlib.contextmanager
 def _live(board) -> Iterator[Callable[[], None]]:
-    """The live table on the console while the block runs; yields the tick that re-reads and redraws it."""
+    """The live table on the console while the block runs; yields the tick that re-reads and redraws it. Output
+    that is not a terminal (a log file) gets plain lines instead: state changes, and each running run's progress
+    once a minute."""
     from rich.live import Live
+
+    from lra.sweep.table import LineLog
 
     if quiet():
         yield board.refresh
+        return
+    if not console.is_terminal:
+        log = LineLog(board)
+
+        def write() -> None:
+            board.refresh()
+            for line in log.lines():
+                console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+        yield write
         return
     with Live(board.render(), console=console, refresh_per_second=2, transient=True) as live:
 

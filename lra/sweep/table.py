@@ -1,11 +1,13 @@
 """The live table of a sweep: one row per run (state, step, validation accuracy, ETA), read from each run's
-`metrics.jsonl` (one line per evaluation: step, val_acc, time = training seconds so far)."""
+`metrics.jsonl` (one line per evaluation: step, val_acc, time = training seconds so far); and the same progress as
+plain lines (`LineLog`) for output that is not a terminal, such as a log file of a sweep started with nohup."""
 
 from __future__ import annotations
 
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,3 +102,44 @@ class Board:
             step = f"{p.step:,}/{run.steps:,}"
             table.add_row(run.name, state, step, _pct(p.val_acc), _pct(p.best_acc), _eta(run, row))
         return table
+
+
+LOG_EVERY_S = 60.0  # a running run's progress line at most this often in a log
+
+
+class LineLog:
+    """A board's changes as plain lines: one when a run changes state, and while a run's step moves, at most one
+    per `every_s` seconds. A live table draws nothing into a file, so a sweep logging to one shows this instead."""
+
+    def __init__(
+        self, board: Board, *, every_s: float = LOG_EVERY_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.board, self.every_s, self.clock = board, every_s, clock
+        self.seen: dict[str, tuple[str, int, float]] = {}  # run name -> (state, step, time) of its last line
+
+    def lines(self) -> list[str]:
+        """The lines due now (call after `board.refresh()`)."""
+        now, due = self.clock(), []
+        for run in self.board.runs:
+            row = self.board.rows[run.name]
+            last = self.seen.get(run.name)
+            if last is None and row.state.startswith("pending"):
+                self.seen[run.name] = (row.state, row.progress.step, now)
+                continue
+            moved = last is not None and row.progress.step != last[1] and now - last[2] >= self.every_s
+            if last is None or row.state != last[0] or moved:
+                due.append(self._line(run, row))
+                self.seen[run.name] = (row.state, row.progress.step, now)
+        return due
+
+    @staticmethod
+    def _line(run: Run, row: Row) -> str:
+        p = row.progress
+        parts = [f"{run.name}: {row.state}" + (f" ({row.where})" if row.where else "")]
+        parts.append(f"step {p.step:,}/{run.steps:,}")
+        if p.val_acc is not None:
+            parts.append(f"val {_pct(p.val_acc)}% (best {_pct(p.best_acc)}%)")
+        eta = _eta(run, row)
+        if eta:
+            parts.append(f"ETA {eta}")
+        return f"{time.strftime('%H:%M:%S')} " + ", ".join(parts)
