@@ -56,6 +56,10 @@ def _pct(x: float | None) -> str:
     return "" if x is None else f"{100 * x:.1f}"
 
 
+def _state(row: Row) -> str:
+    return f"{row.state} ({row.where})" if row.where else row.state
+
+
 def _eta(run: Run, row: Row) -> str:
     p = row.progress
     if row.state in FINAL or not p.rate:
@@ -97,10 +101,9 @@ class Board:
             table.add_column(col, justify="right")
         for run in self.runs:
             row = self.rows[run.name]
-            state = f"{row.state} ({row.where})" if row.where else row.state
             p = row.progress
             step = f"{p.step:,}/{run.steps:,}"
-            table.add_row(run.name, state, step, _pct(p.val_acc), _pct(p.best_acc), _eta(run, row))
+            table.add_row(run.name, _state(row), step, _pct(p.val_acc), _pct(p.best_acc), _eta(run, row))
         return table
 
 
@@ -123,20 +126,21 @@ class LineLog:
         for run in self.board.runs:
             row = self.board.rows[run.name]
             last = self.seen.get(run.name)
-            if last is None and row.state.startswith("pending"):
+            if last is None:
+                news = not row.state.startswith("pending")  # a run still waiting is not news
+            else:
+                moved = row.progress.step != last[1] and now - last[2] >= self.every_s
+                news = row.state != last[0] or moved
+            if last is None or news:
                 self.seen[run.name] = (row.state, row.progress.step, now)
-                continue
-            moved = last is not None and row.progress.step != last[1] and now - last[2] >= self.every_s
-            if last is None or row.state != last[0] or moved:
+            if news:
                 due.append(self._line(run, row))
-                self.seen[run.name] = (row.state, row.progress.step, now)
         return due
 
     @staticmethod
     def _line(run: Run, row: Row) -> str:
         p = row.progress
-        parts = [f"{run.name}: {row.state}" + (f" ({row.where})" if row.where else "")]
-        parts.append(f"step {p.step:,}/{run.steps:,}")
+        parts = [f"{run.name}: {_state(row)}", f"step {p.step:,}/{run.steps:,}"]
         if p.val_acc is not None:
             parts.append(f"val {_pct(p.val_acc)}% (best {_pct(p.best_acc)}%)")
         eta = _eta(run, row)
