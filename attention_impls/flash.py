@@ -2,7 +2,8 @@
 
 Computes exact softmax(Q K^T * scale) V without materialising the N x N scores: the forward walks key tiles with an
 online softmax and keeps only the row logsumexp; the backward recomputes the probabilities from it (dK/dV per key
-tile, dQ per query tile, no atomics: gradients are bitwise reproducible). Memory is O(N) per head; work is
+tile, dQ per query tile, no atomics: gradients are bitwise reproducible; or, `deterministic=False`, one pass that adds
+dQ by atomics, drawing P and the dropout mask once instead of twice). Memory is O(N) per head; work is
 4*N^2*D FLOPs forward and 2.5x that backward, minus the key tiles past each row's length (padding is skipped).
 
 Key padding reaches the kernel as per-row lengths (the mask must be right-padded). Attention dropout draws its
@@ -59,7 +60,8 @@ class FlashAttention(AttentionBackend):
 
     Options: `scale`; tile sizes `block_m`, `block_n`, `num_warps`, `num_stages` (forward) and `bwd_block_m`,
     `bwd_block_n`, `bwd_num_warps`, `bwd_num_stages` (backward), each None for the tuned default of the head dim;
-    `allow_tf32` (fp32 inputs: tf32 dots instead of full-precision ones).
+    `allow_tf32` (fp32 inputs: tf32 dots instead of full-precision ones); `deterministic` (default True: the two-pass
+    backward, bitwise reproducible; False: the one-pass backward with dQ by fp32 atomics, whose last bits vary).
     """
 
     capabilities = Capabilities(
@@ -82,6 +84,7 @@ class FlashAttention(AttentionBackend):
         bwd_num_warps: int | None = None,
         bwd_num_stages: int | None = None,
         allow_tf32: bool = False,
+        deterministic: bool = True,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
@@ -98,6 +101,7 @@ class FlashAttention(AttentionBackend):
         }
         Tiles().with_options(**self.tile_options)  # reject bad tile options at construction
         self.allow_tf32 = bool(allow_tf32)
+        self.deterministic = bool(deterministic)
 
     def tiles(self, dtype: torch.dtype, device_type: str) -> Tiles:
         """The tiles used for inputs of `dtype` on `device_type`: the tuned defaults with the options applied."""
@@ -125,6 +129,7 @@ class FlashAttention(AttentionBackend):
             tiles=self.tiles(q.dtype, q.device.type),
             lists=self._lists(q, k),
             allow_tf32=self.allow_tf32,
+            deterministic=self.deterministic,
         )
 
     def extra_repr(self) -> str:

@@ -86,14 +86,17 @@ def test_token_mask_and_lists():
 # ---- kernels against dense fp64 attention with the token mask -----------------------------------------------------
 
 
-def _run(layout, block, b, h, nq, nk, d, dtype, lengths=None, dropout_p=0.0, tiles=T16):
+def _run(layout, block, b, h, nq, nk, d, dtype, lengths=None, dropout_p=0.0, tiles=T16, deterministic=True):
     g = generator(nq * 1000 + d)
     q = torch.randn(b, h, nq, d, generator=g).to(dtype).requires_grad_()
     k = torch.randn(b, h, nk, d, generator=g).to(dtype).requires_grad_()
     v = torch.randn(b, h, nk, d, generator=g).to(dtype).requires_grad_()
     lens = torch.tensor(lengths, dtype=torch.int32) if lengths is not None else None
     mask = right_padded_mask(lengths, nk) if lengths is not None else None
-    out = flash_attention(q, k, v, lens, tiles=tiles, lists=LayoutLists(layout, block), dropout_p=dropout_p, seed=3)
+    lists = LayoutLists(layout, block)
+    out = flash_attention(
+        q, k, v, lens, tiles=tiles, lists=lists, dropout_p=dropout_p, seed=3, deterministic=deterministic
+    )
     keep = dropout_keep_mask(3, b, h, nq, nk, dropout_p, "cpu") if dropout_p > 0 else None
     token = layout_token_mask(layout, block, nq, nk)
     p_kernel = effective_dropout(dropout_p)  # the kernels drop with p rounded to 1/256
@@ -132,6 +135,12 @@ def test_random_per_head_layouts_cross_lengths_and_dropout(trial):
     g = generator(trial)
     lay = torch.rand(2, 3, 5, generator=g) < 0.4  # per-head, Nq != Nk, some empty rows allowed
     _run(lay, 16, 2, 2, 41, 73, 16, torch.float32, [73, 30], dropout_p=0.2 if trial else 0.0)
+
+
+def test_one_pass_backward_walks_the_layout_lists():
+    """dQ by atomics from the dK/dV kernel's query-block lists: per-head layout, Nq != Nk, padding, dropout."""
+    lay = torch.rand(2, 3, 5, generator=generator(7)) < 0.4
+    _run(lay, 16, 2, 2, 41, 73, 8, torch.float32, [73, 30], dropout_p=0.2, deterministic=False)
 
 
 @pytest.mark.parametrize("in_registers", [True, False])

@@ -2,7 +2,8 @@
 references on seeded random inputs (LRA_TEST_SEED picks other draws): the definition (`reference_attention`) and,
 for 16-bit inputs, an fp64 emulation that rounds where the kernels round (tests/flash_reference.py), which holds
 them to fp32-level tolerances; every declared head dim; odd lengths, Nq != Nk, padding (rows of length 1 and 0,
-NaN and inf in padded rows), large logits, a bitwise-deterministic backward, options and errors."""
+NaN and inf in padded rows), large logits, a bitwise-deterministic backward, the one-pass backward (dQ by atomics),
+options and errors."""
 
 from __future__ import annotations
 
@@ -39,13 +40,15 @@ def _inputs(b, h, nq, nk, d, dtype, gen, shift=0.0):
     return [t.to(dtype).requires_grad_() for t in (q, k, v)]
 
 
-def _check(b, h, nq, nk, d, dtype, lengths=None, tiles=SMALL, shift=0.0, tol=None, emu_tol=None, key=None):
+def _check(
+    b, h, nq, nk, d, dtype, lengths=None, tiles=SMALL, shift=0.0, tol=None, emu_tol=None, key=None, deterministic=True
+):
     """Output and gradients against the definition and, for 16-bit inputs, against the rounding emulation."""
     gen = _gen(key or (b, h, nq, nk, d, str(dtype), lengths, shift))
     q, k, v = _inputs(b, h, nq, nk, d, dtype, gen, shift)
     mask = right_padded_mask(lengths, nk) if lengths is not None else None
     lens = torch.tensor(lengths, dtype=torch.int32) if lengths is not None else None
-    out = flash_attention(q, k, v, lens, tiles=tiles)
+    out = flash_attention(q, k, v, lens, tiles=tiles, deterministic=deterministic)
     assert out.shape == q.shape and out.dtype == dtype and torch.isfinite(out).all()
     do = torch.randn(out.shape, generator=gen).to(dtype)
     grads = torch.autograd.grad(out, (q, k, v), do)
@@ -93,6 +96,21 @@ def test_matches_fp64_reference(b, h, nq, nk, d, dtype, lengths):
     _check(b, h, nq, nk, d, dtype, lengths)
 
 
+# The one-pass backward (dQ by atomics): the small head dims it is for, every dtype, Nq != Nk, rows of length 0.
+ONE_PASS_CASES = [
+    (2, 2, 45, 45, 8, torch.float32, [45, 20]),
+    (1, 1, 40, 40, 8, torch.bfloat16, None),
+    (2, 1, 33, 33, 16, torch.float16, [33, 0]),
+    (1, 2, 21, 50, 16, torch.float32, None),
+    (1, 1, 35, 35, 64, torch.bfloat16, [35]),
+]
+
+
+@pytest.mark.parametrize("b,h,nq,nk,d,dtype,lengths", ONE_PASS_CASES)
+def test_one_pass_backward_matches_fp64_reference(b, h, nq, nk, d, dtype, lengths):
+    _check(b, h, nq, nk, d, dtype, lengths, deterministic=False, key=("one-pass", b, h, nq, nk, d, str(dtype)))
+
+
 @pytest.mark.parametrize("d", SUPPORTED_HEAD_DIMS)
 def test_every_declared_head_dim_matches_fp64(d):
     tiles = Tiles(block_m=16, block_n=16, num_stages=1, bwd_block_m=16, bwd_block_n=16, bwd_num_stages=1)
@@ -127,20 +145,22 @@ def test_padding_rows_of_length_one_and_zero():
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy meeting the NaN, in the interpreter
+@pytest.mark.parametrize("deterministic", [True, False])
 @pytest.mark.parametrize("poison", [float("nan"), float("inf")])
-def test_nan_and_inf_in_padded_rows_stay_out(poison):
+def test_nan_and_inf_in_padded_rows_stay_out(poison, deterministic):
     """Padded queries, keys, values and output gradients hold NaN or inf: the output and every gradient are those of
-    clean inputs, and the padded rows of the output and of dQ are exactly zero (selected, not multiplied by 0)."""
+    clean inputs, and the padded rows of the output and of dQ are exactly zero (selected, or never added, not
+    multiplied by 0). The interpreter runs programs in order, so the one-pass backward's atomics are repeatable."""
     gen = _gen("poison", poison)
     lengths = [37, 20, 1]
     q, k, v = _inputs(3, 2, 37, 37, 16, torch.float32, gen)
     do = torch.randn(q.shape, generator=gen)
     lens = torch.tensor(lengths, dtype=torch.int32)
     pad = ~right_padded_mask(lengths, 37)[:, None, :, None]
-    clean_out = flash_attention(q, k, v, lens, tiles=SMALL)
+    clean_out = flash_attention(q, k, v, lens, tiles=SMALL, deterministic=deterministic)
     clean = torch.autograd.grad(clean_out, (q, k, v), do)
     dirty_in = [t.detach().masked_fill(pad, poison).requires_grad_() for t in (q, k, v)]
-    out = flash_attention(*dirty_in, lens, tiles=SMALL)
+    out = flash_attention(*dirty_in, lens, tiles=SMALL, deterministic=deterministic)
     grads = torch.autograd.grad(out, dirty_in, do.masked_fill(pad, poison))
     assert torch.equal(out, clean_out) and out.masked_select(pad).abs().max() == 0
     for got, want, name in zip(grads, clean, ("dq", "dk", "dv")):

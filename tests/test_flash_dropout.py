@@ -91,8 +91,9 @@ def test_every_kernel_applies_the_reported_mask_whatever_the_tiles(tiles, lists)
     assert masks["scale"] == pytest.approx(256 / (256 - quantize_dropout(p)), rel=1e-6)  # the quantised 1/(1-p)
 
 
+@pytest.mark.parametrize("deterministic", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_output_and_gradients_match_references_with_the_kernel_mask(dtype):
+def test_output_and_gradients_match_references_with_the_kernel_mask(dtype, deterministic):
     p, b, h, n, d = 0.2, 2, 1, 45, 16
     gen = generator(11)
     q, k, v = (torch.randn(b, h, n, d, generator=gen).to(dtype).requires_grad_() for _ in range(3))
@@ -101,7 +102,7 @@ def test_output_and_gradients_match_references_with_the_kernel_mask(dtype):
     mask = right_padded_mask(lengths, n)
     state = rng_state(SEED, 11)
     tiles = _tiles(32, 16, 16, 32)
-    out = flash_attention(q, k, v, lens, dropout_p=p, seed=state, tiles=tiles)
+    out = flash_attention(q, k, v, lens, dropout_p=p, seed=state, tiles=tiles, deterministic=deterministic)
     do = torch.randn(out.shape, generator=gen).to(dtype)
     grads = torch.autograd.grad(out, (q, k, v), do)
     keep = dropout_keep_mask(state, b, h, n, n, p, "cpu")

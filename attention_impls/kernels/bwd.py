@@ -1,9 +1,12 @@
-"""Backward kernels: recompute P from the stored logsumexp; no atomics, so every gradient is bitwise reproducible.
+"""Backward kernels: recompute P from the stored logsumexp.
 
 - `bwd_preprocess`: delta_i = sum_d dO_id * O_id (fp32), the row term of the softmax gradient.
 - `bwd_dkdv`: one program per key block accumulates dK and dV over the query blocks that attend to it (a contiguous
-  range below the query length, or this key block's list of query blocks for block-sparse layouts).
-- `bwd_dq`: one program per query block accumulates dQ over its key blocks (the forward's visit, range or list).
+  range below the query length, or this key block's list of query blocks for block-sparse layouts). With ATOMIC_DQ
+  it also adds each step's dS K into an fp32 dQ buffer by atomics (FlashAttention-2's one-pass backward: P and the
+  dropout mask are drawn once per backward instead of twice; the order of the additions, hence dQ's last bits, varies).
+- `bwd_dq`: one program per query block accumulates dQ over its key blocks (the forward's visit, range or list). The
+  two-pass backward (the default) uses no atomics, so every gradient is bitwise reproducible.
 
 With P = exp2(s * scale * log2(e) - lse), dropout keep-mask Z and c = 1/(1 - p) (p the quantised drop probability):
 dV = (Z * c * P)^T dO, dP = dO V^T, dS = P * (Z * c * dP - delta), dQ = scale * dS K, dK = scale * dS^T Q.
@@ -57,6 +60,15 @@ def bwd_preprocess(
 
 
 @triton.jit
+def scale_cast(Src, Dst, n, scale, BLOCK: tl.constexpr):
+    """Dst = (Src * scale) cast to Dst's dtype, both contiguous: the one-pass backward's fp32 dQ, stored as the other
+    kernels store (the same rounding, also under the interpreter, whose casts truncate)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(Src + offs, mask=offs < n, other=0.0)
+    tl.store(Dst + offs, (x * scale).to(Dst.dtype.element_ty), mask=offs < n)
+
+
+@triton.jit
 def dkdv_inner(
     dk,
     dv,
@@ -68,6 +80,8 @@ def dkdv_inner(
     Delta_base,
     stride_qn,
     stride_don,
+    DQ_base,
+    stride_dqn,
     list_ptr,
     lo,
     hi,
@@ -89,8 +103,10 @@ def dkdv_inner(
     UPCAST: tl.constexpr,
     LIST_IN_REGS: tl.constexpr,
     MAX_LIST: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr,
 ):
-    """Add the query blocks lo..hi-1 (range or list) into this key block's dK, dV accumulators."""
+    """Add the query blocks lo..hi-1 (range or list) into this key block's dK, dV accumulators (and, ATOMIC_DQ, their
+    share of dQ, unscaled, into the fp32 buffer at DQ_base)."""
     offs_m0 = tl.arange(0, BLOCK_M)
     d_ok = offs_d < HEAD_DIM
     BLOCK_N: tl.constexpr = k.shape[0]
@@ -123,8 +139,12 @@ def dkdv_inner(
         else:
             pdT = pT
         dv = mma(pdT.to(do.dtype), do, dv, PREC, UPCAST)
-        dsT = pT * (dpT - delta[None, :])
-        dk = mma(dsT.to(qT.dtype), tl.trans(qT), dk, PREC, UPCAST)
+        dsT = (pT * (dpT - delta[None, :])).to(qT.dtype)
+        dk = mma(dsT, tl.trans(qT), dk, PREC, UPCAST)
+        if ATOMIC_DQ:
+            dq = mma(tl.trans(dsT), k, tl.zeros([BLOCK_M, k.shape[1]], tl.float32), PREC, UPCAST)
+            dq_ptrs = DQ_base + offs_m[:, None] * stride_dqn + offs_d[None, :]
+            tl.atomic_add(dq_ptrs, dq, mask=m_ok[:, None] & d_ok[None, :], sem="relaxed")
     return dk, dv
 
 
@@ -136,6 +156,7 @@ def bwd_dkdv(
     DO,
     DK,
     DV,
+    DQ,
     Lse,
     Delta,
     Lengths,
@@ -156,6 +177,9 @@ def bwd_dkdv(
     stride_gb,
     stride_gh,
     stride_gn,
+    stride_dqb,
+    stride_dqh,
+    stride_dqn,
     list_stride_h,
     list_stride_row,
     H,
@@ -177,10 +201,12 @@ def bwd_dkdv(
     PREC: tl.constexpr,
     UPCAST: tl.constexpr,
     LIST_IN_REGS: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr,
 ):
     """One program: dK, dV of BLOCK_N keys of one (batch, head). Grid (cdiv(Nk, BLOCK_N), batch * heads).
 
-    DK and DV share the strides (stride_g*) of freshly allocated gradient tensors.
+    DK and DV share the strides (stride_g*) of freshly allocated gradient tensors. DQ (ATOMIC_DQ only): a zeroed
+    fp32 buffer of q's shape with strides stride_dq*, which receives the unscaled dQ; rows past q_len stay zero.
     """
     pid_n = tl.program_id(0)
     bh = tl.program_id(1)
@@ -208,6 +234,7 @@ def bwd_dkdv(
     do_base = DO + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh
     lse_base = Lse + bh.to(tl.int64) * Nq
     delta_base = Delta + bh.to(tl.int64) * Nq
+    dq_base = DQ + b.to(tl.int64) * stride_dqb + h.to(tl.int64) * stride_dqh
 
     list_ptr = QList
     if SPARSE:
@@ -219,14 +246,14 @@ def bwd_dkdv(
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dk, dv = dkdv_inner(
-        dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, stride_don, list_ptr, 0, n_full, start_n,
-        offs_d, q_len, qk_scale, seed, offset, threshold, keep_scale, bh, HEAD_DIM, BLOCK_M, SPARSE, False, DROPOUT,
-        PREC, UPCAST, LIST_IN_REGS, MAX_LIST,
+        dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, stride_don, dq_base, stride_dqn, list_ptr, 0,
+        n_full, start_n, offs_d, q_len, qk_scale, seed, offset, threshold, keep_scale, bh, HEAD_DIM, BLOCK_M, SPARSE,
+        False, DROPOUT, PREC, UPCAST, LIST_IN_REGS, MAX_LIST, ATOMIC_DQ,
     )  # fmt: skip
     dk, dv = dkdv_inner(
-        dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, stride_don, list_ptr, n_full, n_any, start_n,
-        offs_d, q_len, qk_scale, seed, offset, threshold, keep_scale, bh, HEAD_DIM, BLOCK_M, SPARSE, True, DROPOUT,
-        PREC, UPCAST, LIST_IN_REGS, MAX_LIST,
+        dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, stride_don, dq_base, stride_dqn, list_ptr,
+        n_full, n_any, start_n, offs_d, q_len, qk_scale, seed, offset, threshold, keep_scale, bh, HEAD_DIM, BLOCK_M,
+        SPARSE, True, DROPOUT, PREC, UPCAST, LIST_IN_REGS, MAX_LIST, ATOMIC_DQ,
     )  # fmt: skip
     # Keys past the row's length were loaded as zeros and picked up junk in their own rows only: zero them.
     dk = tl.where(n_ok[:, None], dk * scale, 0.0)

@@ -1,6 +1,6 @@
 """Attention dropout of the kernel family, host side: the quantised probability and the RNG state (no triton here).
 
-The kernels draw each keep decision as one byte of Philox4x32-10 output against an 8-bit threshold, so the drop
+The kernels draw each keep decision as one byte of Philox4x32-7 output against an 8-bit threshold, so the drop
 probability they apply is p rounded to a multiple of 1/256: `quantize_dropout(p) = round(256 p)` (ties up) and
 `effective_dropout(p) = quantize_dropout(p) / 256` (p = 0.1 gives 26/256 = 0.1015625). Kept probabilities are
 scaled by 1 / (1 - effective p), the same quantised value, so the expectation of the output is exact.

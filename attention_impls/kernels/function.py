@@ -17,7 +17,7 @@ import torch
 import triton
 from triton.runtime.errors import OutOfResources
 
-from attention_impls.kernels.bwd import bwd_dkdv, bwd_dq, bwd_preprocess
+from attention_impls.kernels.bwd import bwd_dkdv, bwd_dq, bwd_preprocess, scale_cast
 from attention_impls.kernels.common import _keep_mask_kernel
 from attention_impls.kernels.dropout import draw_rng_state, keep_scale, quantize_dropout, rng_state
 from attention_impls.kernels.fwd import attn_fwd
@@ -38,6 +38,7 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # prefetch on long ones (a 256-entry list reduced every step cost +59% over the range loop, the prefetch +10%).
 REGISTER_LIST_MAX = 64
 _PRE_BLOCK_M = 64  # rows per program of the backward's row-sum pre-pass
+_CAST_BLOCK = 1024  # elements per program of the one-pass backward's dQ cast
 _warned: set[str] = set()
 
 
@@ -135,12 +136,12 @@ def _forward(q, k, v, lengths, rng, kv_list, scale, threshold, pad_queries, tile
 
 
 def _backward(do, q, k, v, out, lse, lengths, rng, q_list, dq_list, scale, threshold, pad_queries, tiles: Tiles,
-              allow_tf32):  # fmt: skip
-    """Run the three backward kernels: (dq, dk, dv). No atomics: the result is bitwise reproducible."""
+              allow_tf32, deterministic):  # fmt: skip
+    """Run the backward kernels: (dq, dk, dv). Deterministic: the pre-pass, dK/dV and dQ kernels, no atomics (bitwise
+    reproducible). Otherwise the dK/dV kernel also adds dQ by fp32 atomics and the dQ kernel is skipped (one pass)."""
     B, H, Nq, D = q.shape
     Nk = k.shape[2]
     do = _unit_stride(do)
-    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
     delta = torch.empty(B, H, Nq, device=q.device, dtype=torch.float32)
@@ -158,13 +159,21 @@ def _backward(do, q, k, v, out, lse, lengths, rng, q_list, dq_list, scale, thres
     ]  # fmt: skip
     scalars = [H, Nq, Nk, scale * LOG2E, scale, threshold, keep_scale(threshold)]
     rng = rng if rng is not None else dummy
-    # dK, dV: key tiles of bwd_block_n, walking query tiles of bwd_block_m.
+    dq_acc = None if deterministic else torch.zeros(B, H, Nq, D, device=q.device, dtype=torch.float32)
+    acc, acc_strides = (dummy, [0, 0, 0]) if dq_acc is None else (dq_acc, list(dq_acc.stride()[:3]))
+    # dK, dV (and the atomic dQ): key tiles of bwd_block_n, walking query tiles of bwd_block_m.
     m1, n1 = tiles.bwd_block_m, tiles.bwd_block_n
     lst, ls_h, ls_row, list_consts = _list_args(q_list, dummy)
-    args = [*head, dk, dv, lse, delta, *tail, lst, rng, *strides, *dk.stride()[:3], ls_h, ls_row, *scalars]
-    c1 = dict(consts, BLOCK_M=m1, BLOCK_N=n1, **list_consts)
+    args = [*head, dk, dv, acc, lse, delta, *tail, lst, rng, *strides, *dk.stride()[:3], *acc_strides, ls_h, ls_row,
+            *scalars]  # fmt: skip
+    c1 = dict(consts, BLOCK_M=m1, BLOCK_N=n1, ATOMIC_DQ=dq_acc is not None, **list_consts)
     _launch(bwd_dkdv, (triton.cdiv(Nk, n1), B * H), args, c1, tiles.bwd_num_warps, tiles.bwd_num_stages)
+    if dq_acc is not None:
+        dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+        scale_cast[(triton.cdiv(dq.numel(), _CAST_BLOCK),)](dq_acc, dq, dq.numel(), scale, BLOCK=_CAST_BLOCK)
+        return dq, dk, dv
     # dQ: query tiles of bwd_block_n, walking key tiles of bwd_block_m.
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     m2, n2 = tiles.bwd_block_n, tiles.bwd_block_m
     lst, ls_h, ls_row, list_consts = _list_args(dq_list, dummy)
     args = [*head, dq, lse, delta, *tail, lst, rng, *strides, *dq.stride()[:3], ls_h, ls_row, *scalars]
@@ -192,8 +201,9 @@ def flash_fwd(
     pad_queries: bool,
     tiles: list[int],
     allow_tf32: bool,
+    deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, lse) of the forward kernel. `q_list`/`dq_list` are the backward's block lists, kept for it."""
+    """(out, lse) of the forward kernel. `q_list`/`dq_list` and `deterministic` are for the backward."""
     return _forward(q, k, v, lengths, rng, kv_list, scale, threshold, pad_queries, _tiles_of(tiles), allow_tf32)
 
 
@@ -220,9 +230,10 @@ def flash_bwd(
     pad_queries: bool,
     tiles: list[int],
     allow_tf32: bool,
+    deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of the backward kernels."""
-    params = (scale, threshold, pad_queries, _tiles_of(tiles), allow_tf32)
+    params = (scale, threshold, pad_queries, _tiles_of(tiles), allow_tf32, deterministic)
     return _backward(do, q, k, v, out, lse, lengths, rng, q_list, dq_list, *params)
 
 
@@ -242,7 +253,7 @@ def _setup_context(ctx, inputs, output) -> None:
 def _flash_backward(ctx, d_out, _d_lse):
     q, k, v, out, lse, lengths, rng, q_list, dq_list = ctx.saved_tensors
     dq, dk, dv = flash_bwd(d_out, q, k, v, out, lse, lengths, rng, q_list, dq_list, *ctx.params)
-    return dq, dk, dv, *([None] * 10)
+    return dq, dk, dv, *([None] * 11)
 
 
 flash_fwd.register_autograd(_flash_backward, setup_context=_setup_context)
@@ -293,6 +304,7 @@ def flash_attention(
     tiles: Tiles | None = None,
     lists: LayoutLists | None = None,
     allow_tf32: bool = False,
+    deterministic: bool = True,
 ) -> torch.Tensor:
     """softmax(q k^T * scale) v with the kernels; differentiable in q, k, v.
 
@@ -300,7 +312,8 @@ def flash_attention(
     length are zero too. `dropout_p`: attention dropout, quantised to 1/256 (kernels/dropout.py); its keep-mask is
     `dropout_keep_mask(seed, ...)` for `seed` an int (offset 0) or an int64 (seed, offset) tensor on q's device;
     None draws a fresh state from torch's generator. `lists`: a LayoutLists for block-sparse attention. `tiles`:
-    tile sizes (default: tuned for the head dim).
+    tile sizes (default: tuned for the head dim). `deterministic=False`: the one-pass backward, dQ added by atomics
+    (faster where the exponentials and the dropout RNG bound the backward; dQ's last bits vary from run to run).
     """
     _check_inputs(q, k, v, lengths)
     threshold = quantize_dropout(dropout_p)
@@ -315,7 +328,7 @@ def flash_attention(
     kv_list = q_list = dq_list = None
     if lists is not None:
         kv_list, q_list, dq_list = kernel_lists(lists, tiles, q.shape[2], k.shape[2], q.device)
-    params = (scale, threshold, bool(pad_queries), tiles.values(), bool(allow_tf32))
+    params = (scale, threshold, bool(pad_queries), tiles.values(), bool(allow_tf32), bool(deterministic))
     out, _ = flash_fwd(q, k, v, lengths, rng, kv_list, q_list, dq_list, *params)
     return out
 

@@ -36,6 +36,10 @@ _FWD_SMALL = [(128, 64, 4, 3), (128, 128, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3)
 _FWD_64 = [(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (128, 128, 4, 3), (64, 64, 4, 3), (128, 32, 4, 4)]
 _FWD_128 = [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 8, 3), (128, 64, 4, 2), (64, 128, 4, 2)]
 _BWD = [(32, 128, 4, 3), (64, 128, 8, 2), (32, 64, 4, 3), (64, 64, 4, 2), (16, 128, 4, 3), (32, 128, 8, 2)]
+# Head dims below 32 (the Pathfinder family's 8 and 16), where the exponentials and the dropout RNG bound the
+# kernels rather than the matrix units: narrower key tiles, more rows per program, fewer warps.
+_FWD_TINY = [(256, 32, 8, 3), (64, 32, 4, 3), (128, 16, 4, 3), (64, 32, 2, 3), (256, 64, 8, 2)]
+_BWD_TINY = [(16, 64, 4, 3), (32, 32, 4, 3), (16, 256, 8, 2), (32, 64, 2, 3), (64, 32, 4, 3)]
 
 
 def _fwd(values: Sequence[int]) -> dict[str, int]:
@@ -50,8 +54,9 @@ def candidates(head_dim: int, dtype: torch.dtype) -> tuple[list[dict[str, int]],
     """(forward, backward) candidate options for a head dim: a fixed grid plus the current default, deduplicated."""
     grid = _FWD_SMALL if head_dim < 64 else _FWD_64 if head_dim < 128 else _FWD_128
     base = default_tiles(head_dim, dtype, "cuda").values()
-    fwd = [_fwd(base[:4])] + [_fwd(c) for c in grid]
-    bwd = [_bwd(base[4:])] + [_bwd(c) for c in _BWD]
+    tiny = head_dim < 32
+    fwd = [_fwd(base[:4])] + [_fwd(c) for c in grid + (_FWD_TINY if tiny else [])]
+    bwd = [_bwd(base[4:])] + [_bwd(c) for c in _BWD + (_BWD_TINY if tiny else [])]
     return _unique(fwd), _unique(bwd)
 
 
