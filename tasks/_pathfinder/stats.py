@@ -5,8 +5,10 @@ need a `Sample`'s trace (which pixels belong to which snake, where the markers a
 placed); the image-only ones (`IMAGE_ONLY`) work from images alone, so LRA's release or any folder of PNGs can be
 measured too. `reference_stats.json` beside this file holds them for the original generator (docs/pathfinder.md).
 
-Pixel conventions: a snake's pixel is one where its own render is > 0; two pixel sets *touch* when a pixel of one
-equals or is 8-adjacent to a pixel of the other (Chebyshev distance <= 1); *drawn* pixels are >= 64 (FOREGROUND).
+Pixel conventions: *drawn* pixels are >= 64 (FOREGROUND, the ink); a snake's pixels are the drawn pixels of its own
+render (the faint > 0 fringe of the resampling filter would make every pair of neighbours touch); two pixel sets
+*touch* when a pixel of one equals or is 8-adjacent to a pixel of the other, and *overlap* when they share one.
+These definitions reproduce issue 32's table for both generators (docs/pathfinder.md).
 """
 
 from __future__ import annotations
@@ -74,14 +76,14 @@ def overlap(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def gap(a: np.ndarray, b: np.ndarray) -> float:
-    """Background pixels between `a` and `b` along the shortest straight run: the smallest Chebyshev distance
-    between a pixel of `a` and one of `b`, minus 1 (0 when they touch; inf when either is empty)."""
+    """The smallest distance between the centres of a pixel of `a` and a pixel of `b` (0 when they share a pixel,
+    1 or 1.41 when they touch; inf when either is empty)."""
     ya, xa = np.nonzero(a)
     yb, xb = np.nonzero(b)
     if ya.size == 0 or yb.size == 0:
         return math.inf
-    d = np.maximum(np.abs(ya[:, None] - yb[None, :]), np.abs(xa[:, None] - xb[None, :]))
-    return float(d.min() - 1)
+    d2 = (ya[:, None] - yb[None, :]) ** 2 + (xa[:, None] - xb[None, :]) ** 2
+    return float(math.sqrt(d2.min()))
 
 
 def _disk_offsets(link: float) -> list[tuple[int, int]]:
@@ -155,7 +157,8 @@ def marker_snake(sample: Sample, k: int) -> int:
 
 # ---------------------------------------------------------------- the statistics
 def _masks(sample: Sample) -> np.ndarray:
-    return sample.snakes > 0
+    """Each snake's drawn pixels."""
+    return sample.snakes >= DRAWN
 
 
 def _any_pair(sample: Sample, test: Callable[[np.ndarray, np.ndarray], bool]) -> list[float]:
