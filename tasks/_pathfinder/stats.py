@@ -193,37 +193,34 @@ class Stat:
 
 
 STATS: tuple[Stat, ...] = (
-    Stat("touch_any", "images where two snakes touch", lambda s: _any_pair(s, touch), proportion=True),
+    Stat("touch_any", "two snakes touch", lambda s: _any_pair(s, touch), proportion=True),
     Stat(
         "touch_targets",
-        "images where the two target snakes touch each other",
+        "the two targets touch",
         lambda s: [float(touch(*_masks(s)[:2]))],
         proportion=True,
     ),
-    Stat("overlap_any", "images where two snakes overlap", lambda s: _any_pair(s, overlap), proportion=True),
-    Stat("target_gap", "gap between the two target snakes (px)", lambda s: [gap(*_masks(s)[:2])]),
-    Stat("distractors", "distractor snakes placed (mean)", lambda s: [float(s.n_distractors)]),
-    *(
-        Stat(f"distractors_{k}", f"images with {k} distractors", _distractor_share(k), proportion=True)
-        for k in range(4)
-    ),
+    Stat("overlap_any", "two snakes overlap", lambda s: _any_pair(s, overlap), proportion=True),
+    Stat("target_gap", "gap between the targets (px)", lambda s: [gap(*_masks(s)[:2])]),
+    Stat("distractors", "distractors placed", lambda s: [float(s.n_distractors)]),
+    *(Stat(f"distractors_{k}", f"{k} distractors placed", _distractor_share(k), proportion=True) for k in range(4)),
     Stat(
         "marker_peak",
-        "marker peak brightness (value at a marker's centre)",
+        "marker peak brightness",
         lambda s: [float(s.image[y, x]) for y, x in s.markers],
     ),
-    Stat("target_peak", "target snake peak brightness", lambda s: [float(s.snakes[k].max()) for k in range(2)]),
+    Stat("target_peak", "target peak brightness", lambda s: [float(s.snakes[k].max()) for k in range(2)]),
     Stat("pixels_gt0", "pixels > 0", lambda im: [float((im > 0).mean())], image_only=True),
     Stat("pixels_drawn", "pixels >= 64", lambda im: [float((im >= DRAWN).mean())], image_only=True),
     Stat("pixels_255", "pixels = 255", lambda im: [float((im == 255).mean())], image_only=True),
-    Stat("components", "connected components (pixels > 0)", lambda im: [float(n_components(im))], image_only=True),
+    Stat("components", "components (pixels > 0)", lambda im: [float(n_components(im))], image_only=True),
     Stat(
         "markers_agree",
-        "markers on the same snake agree with the label",
+        "markers' snakes agree with label",
         _markers_agree,
         proportion=True,
     ),
-    Stat("flood_fill", "a flood fill of drawn pixels as the classifier (accuracy)", _flood, proportion=True),
+    Stat("flood_fill", "flood fill as classifier", _flood, proportion=True),
 )
 IMAGE_ONLY = tuple(s.key for s in STATS if s.image_only)
 BY_KEY = {s.key: s for s in STATS}
@@ -242,9 +239,9 @@ def estimate(values: Sequence[float], proportion: bool = False) -> Estimate:
     return Estimate(mean, se, sd, n)
 
 
-def measure(samples: Sequence[Sample | np.ndarray], keys: Sequence[str] | None = None) -> dict[str, Estimate]:
-    """The statistics `keys` (default: all that the input allows) over `samples`: `Sample`s, or bare images, which
-    allow only the image-only statistics."""
+def values(samples: Sequence[Sample | np.ndarray], keys: Sequence[str] | None = None) -> dict[str, list[float]]:
+    """Each statistic's values over `samples` (`Sample`s, or bare images, which allow only the image-only
+    statistics); `keys` default to all that the input allows."""
     traced = all(isinstance(s, Sample) for s in samples)
     keys = list(keys) if keys is not None else [s.key for s in STATS if traced or s.image_only]
     out = {}
@@ -252,9 +249,18 @@ def measure(samples: Sequence[Sample | np.ndarray], keys: Sequence[str] | None =
         stat = BY_KEY[key]
         if not stat.image_only and not traced:
             raise ValueError(f"statistic {key!r} needs traced samples (Sample), not bare images")
-        values = [v for s in samples for v in stat.fn(_image(s) if stat.image_only else s)]
-        out[key] = estimate(values, stat.proportion)
+        out[key] = [v for s in samples for v in stat.fn(_image(s) if stat.image_only else s)]
     return out
+
+
+def summarise(vals: dict[str, list[float]]) -> dict[str, Estimate]:
+    """Each statistic's estimate from its values (as `values` gives them)."""
+    return {key: estimate(v, BY_KEY[key].proportion) for key, v in vals.items()}
+
+
+def measure(samples: Sequence[Sample | np.ndarray], keys: Sequence[str] | None = None) -> dict[str, Estimate]:
+    """The statistics `keys` over `samples` (see `values`)."""
+    return summarise(values(samples, keys))
 
 
 def _image(s: Sample | np.ndarray) -> np.ndarray:

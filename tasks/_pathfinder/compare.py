@@ -1,0 +1,121 @@
+"""Our Pathfinder images against the original generator's: the statistics of `stats.py` for a sample drawn by our
+generator (its `trace=True` API), beside those of a reference sample that the original drew once
+(`reference_stats.json`, made as docs/pathfinder.md says). `lra data compare pathfinder` prints the result."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lra.core.errors import ConfigError, DataCorruptError
+from lra.core.pools import run_jobs
+from tasks._pathfinder import draw as generator
+from tasks._pathfinder import stats
+
+REFERENCE_PATH = Path(__file__).with_name("reference_stats.json")
+TASK_RESOLUTION = {"pathfinder": 32, "path-64": 64, "path-x": 128, "path-256": 256}
+RELATIVE_TOLERANCE = 0.10  # "within 10% (relative) of the original's"
+SIGMAS = 2.0  # "or within its sampling error": the difference is within 2 combined standard errors
+SPLIT = "test"  # images drawn for a comparison: the test split of `seed` (any split would do)
+REFERENCE_FIELDS = ("value", "se", "sd", "n")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One statistic of a comparison."""
+
+    key: str
+    label: str
+    reference: stats.Estimate
+    ours: stats.Estimate
+
+    @property
+    def relative(self) -> float:
+        """(ours - reference) / |reference|; inf when the reference is 0 and ours is not."""
+        d = self.ours.value - self.reference.value
+        if self.reference.value == 0:
+            return 0.0 if d == 0 else math.copysign(math.inf, d)
+        return d / abs(self.reference.value)
+
+    @property
+    def within(self) -> bool:
+        """Within RELATIVE_TOLERANCE of the reference, or within SIGMAS combined standard errors of it."""
+        d = abs(self.ours.value - self.reference.value)
+        return d <= RELATIVE_TOLERANCE * abs(self.reference.value) or d <= SIGMAS * math.hypot(
+            self.reference.se, self.ours.se
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "statistic": self.key,
+            "label": self.label,
+            "reference": self.reference.as_dict(),
+            "ours": self.ours.as_dict(),
+            "relative": self.relative,
+            "within": self.within,
+        }
+
+
+def resolution_of(task: str) -> int:
+    """The image side of a Pathfinder task name, or a ConfigError naming the valid ones."""
+    if task not in TASK_RESOLUTION:
+        raise ConfigError(f"lra data compare: no Pathfinder task {task!r}; choose one of {', '.join(TASK_RESOLUTION)}")
+    return TASK_RESOLUTION[task]
+
+
+def load_reference(path: Path = REFERENCE_PATH) -> dict[str, Any]:
+    """The reference statistics file, checked: per resolution, every statistic has value, se, sd and n."""
+    try:
+        ref = json.loads(path.read_text(encoding="utf-8"))
+        for res, entry in ref["resolutions"].items():
+            int(res)
+            for key, est in entry["stats"].items():
+                if key not in stats.BY_KEY or any(f not in est for f in REFERENCE_FIELDS):
+                    raise KeyError(key)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise DataCorruptError(f"{path}: not a Pathfinder reference statistics file ({err!r}); restore it") from err
+    return ref
+
+
+def reference_estimates(ref: dict[str, Any], resolution: int) -> dict[str, stats.Estimate]:
+    """The reference's statistics at `resolution`, or a ConfigError naming the resolutions it has."""
+    entry = ref["resolutions"].get(str(resolution))
+    if entry is None:
+        have = ", ".join(f"{r} px" for r in sorted(ref["resolutions"], key=int))
+        raise ConfigError(f"lra data compare: the reference has no {resolution} px sample (it has {have})")
+    return {k: stats.Estimate(*(e[f] for f in REFERENCE_FIELDS)) for k, e in entry["stats"].items()}
+
+
+def _values(resolution: int, difficulty: int, seed: int, start: int, stop: int) -> dict[str, list[float]]:
+    """Worker: statistics' values of images start..stop-1 drawn with their trace (returned instead of the images,
+    which are bigger)."""
+    samples = [generator.draw(resolution, difficulty, SPLIT, i, seed, trace=True) for i in range(start, stop)]
+    return stats.values(samples)
+
+
+def measure_ours(resolution: int, n: int, workers: int = 1, seed: int = 0, difficulty: int = 14):
+    """Our generator's statistics over images 0..n-1 of the comparison split, drawn in `workers` processes."""
+    chunks = max(1, min(n, workers * 4))
+    bounds = [(n * c // chunks, n * (c + 1) // chunks) for c in range(chunks)]
+    parts: list[dict[str, list[float]] | None] = [None] * chunks
+
+    def keep(i: int, result: dict[str, list[float]]) -> None:
+        parts[i] = result
+
+    jobs = [(resolution, difficulty, seed, a, b) for a, b in bounds if b > a]
+    run_jobs(_values, jobs, workers, keep, ordered=True)
+    merged: dict[str, list[float]] = {}
+    for part in parts:
+        for key, vals in (part or {}).items():
+            merged.setdefault(key, []).extend(vals)
+    return stats.summarise(merged)
+
+
+def compare(reference: dict[str, stats.Estimate], ours: dict[str, stats.Estimate]) -> list[Row]:
+    """Rows for the statistics both sides have, in the order of stats.STATS."""
+    return [
+        Row(s.key, s.label, reference[s.key], ours[s.key]) for s in stats.STATS if s.key in reference and s.key in ours
+    ]
