@@ -244,3 +244,34 @@ def test_our_generator_matches_the_original_statistics(res, n):
         if d > 0.1 * abs(row.reference.value) and d > 3.5 * math.hypot(row.reference.se, row.ours.se):
             off.append(f"{row.key}: original {row.reference.value:.4g}, ours {row.ours.value:.4g}")
     assert not off, "; ".join(off)
+
+
+def test_compare_with_a_folder_of_pngs(tmp_path, capsys):
+    """Our own images of another seed as 'their' PNGs: the image-only statistics agree and a logistic regression
+    cannot tell the two apart (its held-out accuracy is near chance)."""
+    from PIL import Image
+
+    for i in range(40):
+        Image.fromarray(D.draw(32, 14, "train", i, seed=9).image).save(tmp_path / f"sample_{i}.png")
+    Image.fromarray(np.zeros((64, 64), np.uint8)).save(tmp_path / "other_size.png")  # not 32 px: left out
+    assert main(["data", "compare", "pathfinder", "--images", str(tmp_path), "--workers", "1", "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    rows = {r["statistic"]: r for r in body["rows"]}
+    assert body["n"] == 40 and set(rows) == {*S.IMAGE_ONLY, "distinguish"}
+    assert rows["pixels_gt0"]["reference"]["n"] == 40 and rows["pixels_gt0"]["within"]
+    assert abs(rows["distinguish"]["ours"]["value"] - 0.5) < 0.2
+    assert main(["data", "compare", "pathfinder", "--images", str(tmp_path / "nothing")]) == 2
+    assert "no such folder" in capsys.readouterr().err
+    assert main(["data", "compare", "path-256", "--images", str(tmp_path)]) == 2
+    assert "no 256x256 PNG images under" in capsys.readouterr().err
+
+
+def test_logistic_regression_tells_different_images_apart():
+    rng = np.random.default_rng(0)
+    dark = [rng.integers(0, 100, (16, 16)).astype(np.uint8) for _ in range(60)]
+    bright = [rng.integers(50, 150, (16, 16)).astype(np.uint8) for _ in range(60)]
+    more_dark = [rng.integers(0, 100, (16, 16)).astype(np.uint8) for _ in range(60)]
+    assert S.distinguishability(dark, bright).value > 0.95
+    assert abs(S.distinguishability(dark, more_dark).value - 0.5) < 0.2
+    with pytest.raises(ValueError, match="at least 4 images"):
+        S.distinguishability(dark[:3], bright)

@@ -10,7 +10,7 @@ import os
 from lra.core.errors import ConfigError
 from lra.core.progress import console, out
 
-COLUMNS = ("statistic", "original", "ours", "difference", "within")
+COLUMNS = ("statistic", "reference", "ours", "difference", "within")
 
 
 def add_parser(dsub) -> None:
@@ -25,6 +25,13 @@ def add_parser(dsub) -> None:
     p.add_argument("--n", type=int, default=None, help="images to draw (default: as many as the reference has)")
     p.add_argument("--seed", type=int, default=0, help="generator seed (images of its test split)")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
+    p.add_argument(
+        "--images",
+        default=None,
+        metavar="DIR",
+        help="compare with the PNGs under DIR (e.g. LRA's release) instead: image-only statistics, and whether a "
+        "logistic regression on pixels tells the two apart",
+    )
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.set_defaults(func=cmd_compare)
 
@@ -33,26 +40,32 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from tasks._pathfinder import compare as C
 
     res = C.resolution_of(args.task)
-    ref = C.load_reference()
-    reference = C.reference_estimates(ref, res)
-    n = args.n if args.n is not None else ref["resolutions"][str(res)]["n"]
-    if n < 1:
-        raise ConfigError(f"lra data compare: --n must be at least 1, got {n}")
-    workers = args.workers if args.workers is not None else os.cpu_count() or 1
-    if workers < 1:
-        raise ConfigError(f"lra data compare: --workers must be at least 1, got {workers}")
-    console.print(f"drawing {n:,} {res} px images with their trace ({workers} workers)...", highlight=False)
-    rows = C.compare(reference, C.measure_ours(res, n, workers=min(workers, n), seed=args.seed))
-    source = ref["resolutions"][str(res)]["drawn"]
+    for name, value in (("--n", args.n), ("--workers", args.workers)):
+        if value is not None and value < 1:
+            raise ConfigError(f"lra data compare: {name} must be at least 1, got {value}")
+    workers = args.workers or os.cpu_count() or 1
+    if args.images is not None:
+        theirs = C.read_images(args.images, res, args.n or 1000)
+        n = args.n or len(theirs)
+        source = f"{len(theirs):,} PNGs under {args.images} (image-only statistics)"
+        console.print(f"drawing {n:,} {res} px images ({workers} workers)...", highlight=False)
+        rows = C.image_rows(theirs, res, n, workers=min(workers, n), seed=args.seed)
+    else:
+        ref = C.load_reference()
+        reference = C.reference_estimates(ref, res)
+        n = args.n or ref["resolutions"][str(res)]["n"]
+        source = ref["resolutions"][str(res)]["drawn"]
+        console.print(f"drawing {n:,} {res} px images with their trace ({workers} workers)...", highlight=False)
+        rows = C.compare(reference, C.measure_ours(res, n, workers=min(workers, n), seed=args.seed))
     if args.json:
         body = {"task": args.task, "resolution": res, "n": n, "reference": source, "rows": [r.as_dict() for r in rows]}
         out.print_json(json.dumps(body))
     else:
-        out.print(compare_table(rows, title=f"{args.task}: ours (n={n:,}) against the original"))
+        out.print(compare_table(rows, title=f"{args.task}: ours (n={n:,}) against the reference"))
         within = sum(r.within for r in rows)
         out.print(
             f"{within} of {len(rows)} statistics within {C.RELATIVE_TOLERANCE:.0%} (relative) or "
-            f"{C.SIGMAS:g} standard errors of the original's; original: {source}",
+            f"{C.SIGMAS:g} standard errors of the reference's; reference: {source}",
             highlight=False,
         )
     return 0
@@ -75,21 +88,18 @@ def _decimals(x: float, digits: int) -> int:
 
 
 def compare_table(rows, title: str):
-    """A rich table of comparison rows (statistic, original ± se, ours ± se, relative difference, within)."""
+    """A rich table of comparison rows (statistic, reference ± se, ours ± se, relative difference, within)."""
     from rich.table import Table
-
-    from tasks._pathfinder.stats import BY_KEY
 
     table = Table(title=title)
     for col in COLUMNS:
         table.add_column(col, overflow="fold", justify="left" if col == "statistic" else "right")
     for r in rows:
-        pct = BY_KEY[r.key].proportion or r.key.startswith("pixels_")
         diff = "-" if not math.isfinite(r.relative) else f"{100 * r.relative:+.1f}%"
         table.add_row(
             r.label,
-            fmt(r.reference.value, r.reference.se, pct),
-            fmt(r.ours.value, r.ours.se, pct),
+            fmt(r.reference.value, r.reference.se, r.percent),
+            fmt(r.ours.value, r.ours.se, r.percent),
             diff,
             "[green]yes[/]" if r.within else "[red]no[/]",
         )

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lra.core.errors import ConfigError, DataCorruptError
+from lra.core.errors import ConfigError, DataCorruptError, DataMissingError
 from lra.core.pools import run_jobs
 from tasks._pathfinder import draw as generator
 from tasks._pathfinder import stats
+from tasks._pathfinder.release import read_grey
 
 REFERENCE_PATH = Path(__file__).with_name("reference_stats.json")
 TASK_RESOLUTION = {"pathfinder": 32, "path-64": 64, "path-x": 128, "path-256": 256}
@@ -31,6 +32,7 @@ class Row:
     label: str
     reference: stats.Estimate
     ours: stats.Estimate
+    percent: bool = False  # a proportion or share: shown in %
 
     @property
     def relative(self) -> float:
@@ -89,6 +91,43 @@ def reference_estimates(ref: dict[str, Any], resolution: int) -> dict[str, stats
     return {k: stats.Estimate(*(e[f] for f in REFERENCE_FIELDS)) for k, e in entry["stats"].items()}
 
 
+def read_images(folder: str | Path, resolution: int, limit: int) -> list:
+    """Up to `limit` PNGs of side `resolution` under `folder` (recursively, in path order), as uint8 arrays: images
+    of another source (LRA's release, the original generator's output) to compare with ours from their pixels."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise DataMissingError(f"lra data compare: --images {folder}: no such folder; give a folder of PNG images")
+    images = []
+    for path in sorted(root.rglob("*.png")):
+        im = read_grey(path)
+        if im.shape == (resolution, resolution):
+            images.append(im)
+            if len(images) == limit:
+                break
+    if not images:
+        raise DataMissingError(f"lra data compare: no {resolution}x{resolution} PNG images under {folder}")
+    return images
+
+
+def image_rows(theirs: list, resolution: int, n: int, workers: int = 1, seed: int = 0) -> list[Row]:
+    """Our images' image-only statistics against those of `theirs`, and a row saying how well a logistic
+    regression on pixels tells the two apart (held-out accuracy; 50% = indistinguishable)."""
+    ours: list = []
+    chunks = max(1, min(n, workers * 4))
+    bounds = [(n * c // chunks, n * (c + 1) // chunks) for c in range(chunks)]
+    jobs = [(resolution, 14, SPLIT, a, b, seed) for a, b in bounds if b > a]
+    parts: list = [None] * len(jobs)
+    run_jobs(generator.draw_images, jobs, workers, lambda i, r: parts.__setitem__(i, r), ordered=True)
+    for part in parts:
+        ours.extend(part)
+    rows = compare(stats.measure(theirs), stats.measure(ours))
+    if min(len(theirs), len(ours)) >= 4:
+        chance = stats.Estimate(0.5, 0.0, 0.0, 0)
+        acc = stats.distinguishability(theirs, ours)
+        rows.append(Row("distinguish", "pixels tell the two apart", chance, acc, percent=True))
+    return rows
+
+
 def _values(resolution: int, difficulty: int, seed: int, start: int, stop: int) -> dict[str, list[float]]:
     """Worker: statistics' values of images start..stop-1 drawn with their trace (returned instead of the images,
     which are bigger)."""
@@ -117,5 +156,7 @@ def measure_ours(resolution: int, n: int, workers: int = 1, seed: int = 0, diffi
 def compare(reference: dict[str, stats.Estimate], ours: dict[str, stats.Estimate]) -> list[Row]:
     """Rows for the statistics both sides have, in the order of stats.STATS."""
     return [
-        Row(s.key, s.label, reference[s.key], ours[s.key]) for s in stats.STATS if s.key in reference and s.key in ours
+        Row(s.key, s.label, reference[s.key], ours[s.key], s.proportion or s.key.startswith("pixels_"))
+        for s in stats.STATS
+        if s.key in reference and s.key in ours
     ]
