@@ -20,7 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 DRAWN = 64  # a pixel counts as drawn (ink) at this value, as in tasks/_pathfinder/geometry.py's FOREGROUND
-FLOOD_LINK = {32: 3.0, 64: 3.0, 128: 6.0, 256: 6.0}  # the flood fill's bridge (px, centre to centre) by resolution
+# The flood fill's bridge (px, centre to centre) by resolution: the widest gap between the dashes of one snake (the
+# v1 generator's link distance; at 128 px a link of 8 joins every reference snake's dashes, 6 only a third of them).
+FLOOD_LINK = {32: 3.0, 64: 4.0, 128: 8.0, 256: 8.0}
 
 
 @dataclass(frozen=True)
