@@ -112,14 +112,7 @@ def read_images(folder: str | Path, resolution: int, limit: int) -> list:
 def image_rows(theirs: list, resolution: int, n: int, workers: int = 1, seed: int = 0) -> list[Row]:
     """Our images' image-only statistics against those of `theirs`, and a row saying how well a logistic
     regression on pixels tells the two apart (held-out accuracy; 50% = indistinguishable)."""
-    ours: list = []
-    chunks = max(1, min(n, workers * 4))
-    bounds = [(n * c // chunks, n * (c + 1) // chunks) for c in range(chunks)]
-    jobs = [(resolution, 14, SPLIT, a, b, seed) for a, b in bounds if b > a]
-    parts: list = [None] * len(jobs)
-    run_jobs(generator.draw_images, jobs, workers, lambda i, r: parts.__setitem__(i, r), ordered=True)
-    for part in parts:
-        ours.extend(part)
+    ours = [im for part in _in_chunks(generator.draw_images, (resolution, 14, SPLIT), n, workers, seed) for im in part]
     rows = compare(stats.measure(theirs), stats.measure(ours))
     if min(len(theirs), len(ours)) >= 4:
         chance = stats.Estimate(0.5, 0.0, 0.0, 0)
@@ -128,27 +121,28 @@ def image_rows(theirs: list, resolution: int, n: int, workers: int = 1, seed: in
     return rows
 
 
-def _values(resolution: int, difficulty: int, seed: int, start: int, stop: int) -> dict[str, list[float]]:
+def _values(resolution: int, difficulty: int, start: int, stop: int, seed: int) -> dict[str, list[float]]:
     """Worker: statistics' values of images start..stop-1 drawn with their trace (returned instead of the images,
     which are bigger)."""
     samples = [generator.draw(resolution, difficulty, SPLIT, i, seed, trace=True) for i in range(start, stop)]
     return stats.values(samples)
 
 
+def _in_chunks(fn, head: tuple, n: int, workers: int, seed: int) -> list:
+    """fn(*head, start, stop, seed) over about 4 chunks per worker of 0..n-1, in `workers` processes; results in
+    order."""
+    chunks = max(1, min(n, workers * 4))
+    jobs = [(*head, n * c // chunks, n * (c + 1) // chunks, seed) for c in range(chunks)]
+    parts: list = [None] * chunks
+    run_jobs(fn, jobs, workers, parts.__setitem__, ordered=True)
+    return parts
+
+
 def measure_ours(resolution: int, n: int, workers: int = 1, seed: int = 0, difficulty: int = 14):
     """Our generator's statistics over images 0..n-1 of the comparison split, drawn in `workers` processes."""
-    chunks = max(1, min(n, workers * 4))
-    bounds = [(n * c // chunks, n * (c + 1) // chunks) for c in range(chunks)]
-    parts: list[dict[str, list[float]] | None] = [None] * chunks
-
-    def keep(i: int, result: dict[str, list[float]]) -> None:
-        parts[i] = result
-
-    jobs = [(resolution, difficulty, seed, a, b) for a, b in bounds if b > a]
-    run_jobs(_values, jobs, workers, keep, ordered=True)
     merged: dict[str, list[float]] = {}
-    for part in parts:
-        for key, vals in (part or {}).items():
+    for part in _in_chunks(_values, (resolution, difficulty), n, workers, seed):
+        for key, vals in part.items():
             merged.setdefault(key, []).extend(vals)
     return stats.summarise(merged)
 
