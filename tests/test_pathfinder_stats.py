@@ -133,7 +133,7 @@ def test_image_only_statistics_need_no_trace():
 def test_reference_statistics_file_schema():
     ref = C.load_reference()
     assert ref["generator"]["commit"].startswith("ab9c130") and "shim" in ref["generator"]
-    assert {"32"} <= set(ref["resolutions"])
+    assert {"32", "64", "128", "256"} <= set(ref["resolutions"])
     for res, entry in ref["resolutions"].items():
         assert entry["n"] >= 300 and str(entry["n"]) in entry["drawn"].replace(",", "")
         assert entry["settings"]["contour_length"] == 14

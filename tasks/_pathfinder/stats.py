@@ -5,7 +5,7 @@ need a `Sample`'s trace (which pixels belong to which snake, where the markers a
 placed); the image-only ones (`IMAGE_ONLY`) work from images alone, so LRA's release or any folder of PNGs can be
 measured too. `reference_stats.json` beside this file holds them for the original generator (docs/pathfinder.md).
 
-Pixel conventions: *drawn* pixels are >= 64 (FOREGROUND, the ink); a snake's pixels are the drawn pixels of its own
+Pixel conventions: *drawn* pixels are >= 64 (the ink); a snake's pixels are the drawn pixels of its own
 render (the faint > 0 fringe of the resampling filter would make every pair of neighbours touch); two pixel sets
 *touch* when a pixel of one equals or is 8-adjacent to a pixel of the other, and *overlap* when they share one.
 These definitions reproduce issue 32's table for both generators (docs/pathfinder.md).
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DRAWN = 64  # a pixel counts as drawn (ink) at this value, as in tasks/_pathfinder/geometry.py's FOREGROUND
+DRAWN = 64  # a pixel counts as drawn (ink) from this value on, the threshold the project's tests use
 # The flood fill's bridge (px, centre to centre) by resolution: the widest gap between the dashes of one snake (the
 # v1 generator's link distance; at 128 px a link of 8 joins every reference snake's dashes, 6 only a third of them).
 FLOOD_LINK = {32: 3.0, 64: 4.0, 128: 8.0, 256: 8.0}
