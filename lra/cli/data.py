@@ -1,4 +1,5 @@
-"""`lra data prepare|info|export`: build or import task data into the cache, show what is there, export it."""
+"""`lra data prepare|info|export|compare`: build or import task data into the cache, show what is there, export it,
+compare generated Pathfinder images with the original generator's (lra/cli/data_compare.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 from typing import Any
 
+from lra.cli import data_compare
 from lra.cli.args import add_data_dir, add_overrides
 from lra.core.errors import ConfigError
 from lra.core.progress import console, out
@@ -16,9 +18,9 @@ SPLIT_ORDER = ("train", "val", "test")
 
 
 def add_parser(sub) -> None:
-    """Add `data` with its `prepare`, `info` and `export` sub-commands to the `lra` sub-parsers `sub`."""
+    """Add `data` with its `prepare`, `info`, `export` and `compare` sub-commands to the `lra` sub-parsers `sub`."""
     p = sub.add_parser("data", help="build, import, inspect or export task data")
-    dsub = p.add_subparsers(dest="data_cmd", required=True, metavar="{prepare,info,export}")
+    dsub = p.add_subparsers(dest="data_cmd", required=True, metavar="{prepare,info,export,compare}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--preset", default=None, help="use a preset's data settings (e.g. tiny)")
     add_overrides(common, example="data.num_train=1000")
@@ -41,6 +43,7 @@ def add_parser(sub) -> None:
     ex.add_argument("task")
     ex.add_argument("dir")
     ex.set_defaults(func=cmd_export)
+    data_compare.add_parser(dsub)
 
 
 def _build(name: str, args: argparse.Namespace):

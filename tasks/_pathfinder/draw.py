@@ -39,6 +39,7 @@ from tasks._pathfinder.geometry import (
     geometry,
     to_u8,
 )
+from tasks._pathfinder.stats import Sample
 
 GENERATOR_VERSION = 1  # part of every random stream and cache name: bump it when the drawing changes
 SPLIT_CODES = {"train": 0, "val": 1, "test": 2}
@@ -107,12 +108,14 @@ def labels_for(resolution: int, difficulty: int, split: str, seed: int, start: i
     return (coin ^ (idx & np.uint64(1))).astype(np.int64)
 
 
-def draw(resolution: int, difficulty: int, split: str, index: int, seed: int = 0) -> Drawing:
-    """Draw image `index` of a split (deterministic)."""
+def draw(
+    resolution: int, difficulty: int, split: str, index: int, seed: int = 0, trace: bool = False
+) -> Drawing | Sample:
+    """Draw image `index` of a split (deterministic); with `trace`, as a `stats.Sample` (each snake's own render)."""
     spec = check_settings(resolution, difficulty)
     label = int(labels_for(resolution, difficulty, split, seed, index, index + 1)[0])
     rng = image_rng(resolution, difficulty, split, index, seed)
-    return draw_with(spec, difficulty, rng, label)
+    return draw_with(spec, difficulty, rng, label, trace=trace)
 
 
 def draw_images(resolution: int, difficulty: int, split: str, start: int, stop: int, seed: int = 0) -> np.ndarray:
@@ -123,8 +126,10 @@ def draw_images(resolution: int, difficulty: int, split: str, start: int, stop: 
     return out
 
 
-def draw_with(spec: Spec, contour_length: int, rng: np.random.Generator, label: int) -> Drawing:
-    """Draw one image from `rng` with the given label."""
+def draw_with(
+    spec: Spec, contour_length: int, rng: np.random.Generator, label: int, trace: bool = False
+) -> Drawing | Sample:
+    """Draw one image from `rng` with the given label (with `trace`, as a `stats.Sample`)."""
     margin = spec.margins[int(rng.integers(len(spec.margins)))]
     g = geometry(spec.resolution, margin)
     origin = int(rng.integers(2))  # which target snake carries the marker at its tail
@@ -142,7 +147,17 @@ def draw_with(spec: Spec, contour_length: int, rng: np.random.Generator, label: 
     image = _render(g, paddles, distractors, markers)
     centres = tuple(divmod(int(a), g.width) for a in markers)
     centres = tuple((y - g.pad, x - g.pad) for y, x in centres)
+    if trace:
+        return _traced(g, paddles, distractors, spec.distractor_length(contour_length), image, label, centres)
     return Drawing(image, label, margin, g.link, centres, attempts)  # type: ignore[arg-type]
+
+
+def _traced(g: Geometry, paddles, distractors, per: int, image: np.ndarray, label: int, centres) -> Sample:
+    """The image as a `Sample`: each snake rendered alone (targets: the first two runs of `contour` paddles)."""
+    half = len(paddles) // 2
+    snakes = [_render(g, paddles[:half], [], []), _render(g, paddles[half:], [], [])]
+    snakes += [_render(g, [], distractors[k : k + per], []) for k in range(0, len(distractors), per)]
+    return Sample(image, label, np.stack(snakes), centres, len(distractors) // per)
 
 
 def _render(g: Geometry, targets, distractors, markers) -> np.ndarray:
