@@ -1,0 +1,88 @@
+"""Snake growth as the original does it (`snakes.extend_snake` with `get_coords_cmf`), for many snakes at once.
+
+Each row is one snake in its own world: a mask canvas (the soft mask the original keeps, as 8-bit levels) and its
+dilation by the margin (what `extend_snake` computes afresh before every paddle; dilation commutes with the
+pixelwise maximum, so each pasted mask adds its own dilated stamp). One call of `extend` adds a paddle to every row
+given: candidate heads on the circle around the next pivot, weighted by the continuity prior times 1 - the dilated
+mask there; three draws from those weights, the first whose mask, summed with the canvas mask, stays below 1.8
+anywhere is kept; and then, as the original does, the snake's previous paddle is added to the mask (so a new paddle
+is never tested against its predecessor, nor, within a pair, against the other snake's newest paddle).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tasks._pathfinder.settings import PADDLE_TRIES
+from tasks._pathfinder.stamps import N_SEED
+from tasks._pathfinder.tables import Tables
+
+DEAD_END = 1e-4  # get_coords_cmf: a total weight below this is a dead end
+
+
+@dataclass
+class Heads:
+    """Where one snake of each row stands: its newest paddle (whose mask is not in the canvas yet) and its pivot."""
+
+    stamp: np.ndarray  # (N,) stamp = orientation id of the newest paddle
+    start: np.ndarray  # (N,) its flat canvas start (tail of a seed, head of an extension)
+    py: np.ndarray  # (N,) the pivot the next pivot is translated from
+    px: np.ndarray
+
+
+class Canvases:
+    """A mask canvas and its dilation per row; rows are filled from `mask`/`dmask` (flat, one canvas) on `init`."""
+
+    def __init__(self, t: Tables, rows: int) -> None:
+        self.size = t.width * t.width
+        self.mask = np.empty((rows, self.size), np.uint8)
+        self.dmask = np.empty((rows, self.size), np.uint8)
+
+    def init(self, rows: np.ndarray, mask: np.ndarray, dmask: np.ndarray) -> None:
+        self.mask[rows] = mask
+        self.dmask[rows] = dmask
+
+    def paste(self, t: Tables, rows: np.ndarray, stamp: np.ndarray, start: np.ndarray) -> None:
+        """Add the masks of paddles (stamp, start) to rows: the mask cut at the image border, its dilation whole
+        (within margin of the border the padding band's dilation is 1 already)."""
+        base = rows[:, None] * self.size
+        idx = start[:, None] + t.m_off[stamp]
+        vals = np.where(t.inside[idx], t.m_val[stamp], 0).astype(np.uint8)
+        flat, at = self.mask.reshape(-1), base + idx
+        flat[at] = np.maximum(flat[at], vals)
+        flat, at = self.dmask.reshape(-1), base + start[:, None] + t.d_off[stamp]
+        flat[at] = np.maximum(flat[at], t.d_val[stamp])
+
+
+def extend(t: Tables, cv: Canvases, h: Heads, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Add one paddle to the snake of each row in `rows` (extend_snake); returns which rows succeeded. Heads of the
+    successful rows move on, and their previous paddle's mask joins the canvas."""
+    o = h.stamp[rows]
+    py = np.ceil(h.py[rows] + t.next_dy[o]).astype(np.int64)  # translate_coord(last_pivot, orientation, L + 2m)
+    px = np.ceil(h.px[rows] + t.next_dx[o]).astype(np.int64)
+    cand = t.step_idx[o]  # (A, W) the candidates with continuity weight
+    cy, cx = py[:, None] + t.cand[cand, 0], px[:, None] + t.cand[cand, 1]
+    size = t.size
+    inside = (cy >= 0) & (cy < size) & (cx >= 0) & (cx < size)  # get_coords_cmf drops the others
+    pos = np.where(inside, t.flat(cy, cx), 0)
+    base = rows[:, None] * cv.size
+    weights = t.step_w[o] * t.inverted[cv.dmask.reshape(-1)[base + pos]] * inside
+    total = weights.sum(1)
+    live = total >= DEAD_END
+    cmf = np.cumsum(weights, 1) / np.where(live, total, 1.0)[:, None]
+    u = rng.random((len(rows), PADDLE_TRIES))
+    pick = (cmf[:, None, :] - u[:, :, None] > 0).argmax(-1)  # np.argmax(cmf - random_num > 0), per draw
+    stamp = N_SEED + np.take_along_axis(cand, pick, 1)
+    start = np.take_along_axis(pos, pick, 1)
+    levels = cv.mask.reshape(-1)[base[:, :, None] + start[:, :, None] + t.h_off[stamp]]
+    hit = (levels >= t.h_thr[stamp]).any(-1)  # np.max(mask + m_im) >= 1.8
+    ok = live & ~hit.all(1)
+    first = (~hit).argmax(1)[ok]
+    done = rows[ok]
+    cv.paste(t, done, h.stamp[done], h.start[done])
+    keep = np.arange(len(rows))[ok]
+    h.stamp[done], h.start[done] = stamp[keep, first], start[keep, first]
+    h.py[done], h.px[done] = py[ok], px[ok]
+    return ok
