@@ -116,10 +116,10 @@ def draw_with(resolution: int, contour: int, rng: np.random.Generator, label: in
     t = tables(resolution, margin)
     pair = target_pair(t, contour, rng, BATCH[resolution, margin])
     first, second = pair.snakes
-    mask = Canvases(t, 1)  # two_snakes' mask: the padding band and every target paddle but the first snake's last
-    mask.init(np.zeros(1, np.int64), t.base_mask, t.base_dmask)
+    mask = Canvases(t, 1, "image")  # two_snakes' mask: the padding band, every target paddle but the first's last
+    mask.init(np.zeros(1, np.int64), t.base_mask)
     stamps = np.concatenate([first.stamps[:-1], second.stamps])
-    mask.paste(t, np.zeros(len(stamps), np.int64), stamps, np.concatenate([first.starts[:-1], second.starts]))
+    mask.paste_all(t, 0, stamps, np.concatenate([first.starts[:-1], second.starts]))
     extra = distractors(t, mask, spec.num_distractors(contour), spec.distractor_length(contour), rng)
     origin = int(rng.integers(2))
     terminal = origin if label == 1 else 1 - origin

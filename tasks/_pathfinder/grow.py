@@ -1,8 +1,8 @@
 """Snake growth as the original does it (`snakes.extend_snake` with `get_coords_cmf`), for many snakes at once.
 
-Each row is one snake in its own world: a mask canvas (the soft mask the original keeps, as 8-bit levels) and its
-dilation by the margin (what `extend_snake` computes afresh before every paddle; dilation commutes with the
-pixelwise maximum, so each pasted mask adds its own dilated stamp). One call of `extend` adds a paddle to every row
+Each row is one snake in its own world: a mask canvas (the soft mask the original keeps, as 8-bit levels; what
+`extend_snake` dilates afresh before every paddle is read as the maximum over the margin's disk around each
+candidate, the only pixels the original reads from its dilated mask). One call of `extend` adds a paddle to every row
 given: candidate heads on the circle around the next pivot, weighted by the continuity prior times 1 - the dilated
 mask there; three draws from those weights, the first whose mask, summed with the canvas mask, stays below 1.8
 anywhere is kept; and then, as the original does, the snake's previous paddle is added to the mask (so a new paddle
@@ -32,28 +32,36 @@ class Heads:
     px: np.ndarray
 
 
+_BUFFERS: dict[tuple[int, int, str], np.ndarray] = {}
+
+
 class Canvases:
-    """A mask canvas and its dilation per row; rows are filled from `mask`/`dmask` (flat, one canvas) on `init`."""
+    """A mask canvas per row (8-bit levels, flat), in a buffer kept per (tables, use) so that memory is reused."""
 
-    def __init__(self, t: Tables, rows: int) -> None:
+    def __init__(self, t: Tables, rows: int, use: str) -> None:
         self.size = t.width * t.width
-        self.mask = np.empty((rows, self.size), np.uint8)
-        self.dmask = np.empty((rows, self.size), np.uint8)
+        key = (t.size, t.margin, use)
+        buf = _BUFFERS.get(key)
+        if buf is None or len(buf) < rows:
+            buf = _BUFFERS[key] = np.empty((rows, self.size), np.uint8)
+        self.mask = buf[:rows]
 
-    def init(self, rows: np.ndarray, mask: np.ndarray, dmask: np.ndarray) -> None:
+    def init(self, rows: np.ndarray, mask: np.ndarray) -> None:
         self.mask[rows] = mask
-        self.dmask[rows] = dmask
 
     def paste(self, t: Tables, rows: np.ndarray, stamp: np.ndarray, start: np.ndarray) -> None:
-        """Add the masks of paddles (stamp, start) to rows: the mask cut at the image border, its dilation whole
-        (within margin of the border the padding band's dilation is 1 already)."""
-        base = rows[:, None] * self.size
+        """Add the masks of paddles (stamp, start) to rows (one paddle per row), cut at the image border as
+        draw_line_n_mask cuts them."""
         idx = start[:, None] + t.m_off[stamp]
         vals = np.where(t.inside[idx], t.m_val[stamp], 0).astype(np.uint8)
-        flat, at = self.mask.reshape(-1), base + idx
+        flat, at = self.mask.reshape(-1), rows[:, None] * self.size + idx
         flat[at] = np.maximum(flat[at], vals)
-        flat, at = self.dmask.reshape(-1), base + start[:, None] + t.d_off[stamp]
-        flat[at] = np.maximum(flat[at], t.d_val[stamp])
+
+    def paste_all(self, t: Tables, row: int, stamp: np.ndarray, start: np.ndarray) -> None:
+        """Add the masks of several paddles to one row (where they overlap, the maximum)."""
+        idx = start[:, None] + t.m_off[stamp]
+        vals = np.where(t.inside[idx], t.m_val[stamp], 0).astype(np.uint8)
+        np.maximum.at(self.mask[row], idx, vals)
 
 
 def extend(t: Tables, cv: Canvases, h: Heads, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -66,23 +74,34 @@ def extend(t: Tables, cv: Canvases, h: Heads, rows: np.ndarray, rng: np.random.G
     cy, cx = py[:, None] + t.cand[cand, 0], px[:, None] + t.cand[cand, 1]
     size = t.size
     inside = (cy >= 0) & (cy < size) & (cx >= 0) & (cx < size)  # get_coords_cmf drops the others
-    pos = np.where(inside, t.flat(cy, cx), 0)
+    pos = np.where(inside, t.flat(cy, cx), t.centre)
+    flat = cv.mask.reshape(-1)
     base = rows[:, None] * cv.size
-    weights = t.step_w[o] * t.inverted[cv.dmask.reshape(-1)[base + pos]] * inside
+    dilated = flat[(base + pos)[:, :, None] + t.disk_off].max(-1)  # binary_dilate_custom(mask, disk(margin))
+    weights = t.step_w[o] * t.inverted[dilated] * inside
     total = weights.sum(1)
     live = total >= DEAD_END
     cmf = np.cumsum(weights, 1) / np.where(live, total, 1.0)[:, None]
     u = rng.random((len(rows), PADDLE_TRIES))
     pick = (cmf[:, None, :] - u[:, :, None] > 0).argmax(-1)  # np.argmax(cmf - random_num > 0), per draw
-    stamp = N_SEED + np.take_along_axis(cand, pick, 1)
-    start = np.take_along_axis(pos, pick, 1)
-    levels = cv.mask.reshape(-1)[base[:, :, None] + start[:, :, None] + t.h_off[stamp]]
-    hit = (levels >= t.h_thr[stamp]).any(-1)  # np.max(mask + m_im) >= 1.8
-    ok = live & ~hit.all(1)
-    first = (~hit).argmax(1)[ok]
+    at = np.arange(len(rows))[:, None]
+    stamp = N_SEED + cand[at, pick]
+    start = pos[at, pick]
+    chosen = np.full(len(rows), -1)
+    todo = np.flatnonzero(live)
+    for k in range(PADDLE_TRIES):  # np.max(mask + m_im) < 1.8: the first draw that passes is kept
+        sk = stamp[todo, k]
+        levels = flat[(base[todo] + start[todo, k : k + 1]) + t.h_off[sk]]
+        hit = (levels >= t.h_thr[sk]).any(1)
+        chosen[todo[~hit]] = k
+        todo = todo[hit]
+        if todo.size == 0:
+            break
+    ok = chosen >= 0
+    keep = at[ok, 0]
+    first = chosen[ok]
     done = rows[ok]
     cv.paste(t, done, h.stamp[done], h.start[done])
-    keep = np.arange(len(rows))[ok]
     h.stamp[done], h.start[done] = stamp[keep, first], start[keep, first]
     h.py[done], h.px[done] = py[ok], px[ok]
     return ok

@@ -106,8 +106,8 @@ def target_pair(t: Tables, contour: int, rng: np.random.Generator, batch: int) -
         rows = np.flatnonzero(alive)
         if rows.size == 0:
             continue
-        cv = Canvases(t, batch)
-        cv.init(rows, t.base_mask, t.base_dmask)
+        cv = Canvases(t, batch, "targets")
+        cv.init(rows, t.base_mask)
         stamps = np.zeros((batch, 2, contour), np.int64)
         starts = np.zeros((batch, 2, contour), np.int64)
         for s in (0, 1):
@@ -173,8 +173,8 @@ def distractors(t: Tables, image: Canvases, count: int, length: int, rng: np.ran
         rows = np.flatnonzero(alive)
         if rows.size == 0:
             continue
-        cv = Canvases(t, DISTRACTOR_TRIES)
-        cv.init(rows, mask, image.dmask[0])
+        cv = Canvases(t, DISTRACTOR_TRIES, "tries")
+        cv.init(rows, mask)
         stamps = np.zeros((DISTRACTOR_TRIES, length), np.int64)
         starts = np.zeros((DISTRACTOR_TRIES, length), np.int64)
         stamps[:, 0], starts[:, 0] = heads.stamp, heads.start
@@ -189,7 +189,7 @@ def distractors(t: Tables, image: Canvases, count: int, length: int, rng: np.ran
         won = np.flatnonzero(alive)
         if won.size:
             a = won[:1]
-            image.init(np.array([0]), cv.mask[a[0]], cv.dmask[a[0]])
+            image.init(np.array([0]), cv.mask[a[0]])
             image.paste(t, np.array([0]), heads.stamp[a], heads.start[a])
             placed.append(Snake(stamps[a[0]], starts[a[0]]))
     return placed

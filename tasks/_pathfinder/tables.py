@@ -36,7 +36,7 @@ class Tables:
         self.spec, self.margin, self.size = spec, margin, spec.resolution
         length = spec.paddle_length
         self.half = half = length + int(math.ceil(spec.thickness)) + margin
-        self.pad = pad = half + 2 * (length + 2 * margin) + 2
+        self.pad = pad = half + margin + 1  # stamps start inside the image, candidates' disks reach margin out
         self.width = w = self.size + 2 * pad
         self._orientations(length, margin)
         self._levels()
@@ -87,10 +87,7 @@ class Tables:
         half, n = self.half, 2 * self.half + 1
         ys, xs = np.mgrid[-half : half + 1, -half : half + 1]
         flat = (ys * w + xs).ravel()
-        self.ink, m_off, m_val, d_off, d_val, h_off, h_thr = [], [], [], [], [], [], []
-        big = np.zeros((n + 2 * margin, n + 2 * margin), np.uint8)
-        by, bx = np.mgrid[-half - margin : half + margin + 1, -half - margin : half + margin + 1]
-        big_flat = (by * w + bx).ravel()
+        self.ink, m_off, m_val, h_off, h_thr = [], [], [], [], []
         for angle in self.draw_angle:
             ink, mask = paddle(spec, margin, angle)
             self.ink.append(ink)
@@ -98,12 +95,6 @@ class Tables:
             keep = np.flatnonzero(m)
             m_off.append(flat[keep])
             m_val.append(m[keep])
-            big[:] = 0
-            big[margin : margin + n, margin : margin + n] = mask
-            dil = dilate(big, disk(margin)).ravel()
-            keep = np.flatnonzero(dil)
-            d_off.append(big_flat[keep])
-            d_val.append(dil[keep])
             thr = self.hit_level[m]
             keep = np.flatnonzero(thr <= 255)
             h_off.append(flat[keep])
@@ -111,7 +102,6 @@ class Tables:
         self.ink = np.stack(self.ink)  # (n_stamps, 2R+1, 2R+1) uint8
         self.ink_off = flat
         self.m_off, self.m_val = _pad_rows(m_off), _pad_rows(m_val, dtype=np.uint8)
-        self.d_off, self.d_val = _pad_rows(d_off), _pad_rows(d_val, dtype=np.uint8)
         self.h_off, self.h_thr = _pad_rows(h_off), _pad_rows(h_thr, empty=256, dtype=np.int16)
 
     def _seed_footprints(self, length: int, margin: int, w: int) -> None:
@@ -145,7 +135,9 @@ class Tables:
         band[pad + p : pad + size - p, pad + p : pad + size - p] = 0
         self.inside = inside.ravel()
         self.base_mask = band.ravel()
-        self.base_dmask = dilate(band, disk(margin)).ravel()
+        dy, dx = np.nonzero(disk(margin))
+        self.disk_off = (dy - margin) * w + (dx - margin)
+        self.centre = (pad + size // 2) * w + pad + size // 2
         self.marker_reach = int(math.ceil(spec.marker_radius)) + 7  # beyond this the marker's ink is 0
 
     @functools.lru_cache(maxsize=64)
