@@ -92,9 +92,7 @@ def labels_for(resolution: int, difficulty: int, split: str, seed: int, start: i
         return (_splitmix64(idx ^ key) >> np.uint64(63)).astype(np.int64)
 
 
-def draw(
-    resolution: int, difficulty: int, split: str, index: int, seed: int = 0, trace: bool = False
-) -> Drawing | Any:
+def draw(resolution: int, difficulty: int, split: str, index: int, seed: int = 0, trace: bool = False) -> Drawing | Any:
     """Draw image `index` of a split (deterministic); with `trace`, as a `stats.Sample` (each snake rendered alone)."""
     check_settings(resolution, difficulty)
     label = int(labels_for(resolution, difficulty, split, seed, index, index + 1)[0])

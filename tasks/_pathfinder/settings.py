@@ -1,7 +1,7 @@
-"""LRA's Pathfinder settings per resolution: the lines `lra_benchmarks/data/pathfinder.py` customises in Linsley et al.'s
-`snakes2_wrapper.py`, the wrapper's values for the rest (3 draws per paddle, 5 tries per distractor, no single-paddle
-distractors). The wrapper ran under Python 2, so `contour_length / 3` and `N / distractor_length` are integer
-divisions (the release's metadata rows say distractor length 4 for contour length 14)."""
+"""LRA's Pathfinder settings per resolution: the lines `lra_benchmarks/data/pathfinder.py` customises in Linsley
+et al.'s `snakes2_wrapper.py`, the wrapper's values for the rest (3 draws per paddle, 5 tries per distractor, no
+single-paddle distractors). The wrapper ran under Python 2, so `contour_length / 3` and `N / distractor_length` are
+integer divisions (the release's metadata rows say distractor length 4 for contour length 14)."""
 
 from __future__ import annotations
 

@@ -21,13 +21,10 @@ tabulated per level (`hit_level`, `inverted`, `free_level`), so they come out ex
 
 from __future__ import annotations
 
-import functools
-import math
-
 import numpy as np
 from PIL import Image, ImageDraw
 
-from tasks._pathfinder.settings import SPECS, Spec
+from tasks._pathfinder.settings import Spec
 
 N_SEED = 360  # seed orientations: whole degrees -180..179, orientation id = degrees + 180
 COLLIDE = 1.8  # extend_snake rejects a paddle where mask + its mask reaches this

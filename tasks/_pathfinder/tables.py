@@ -19,7 +19,6 @@ from tasks._pathfinder.stamps import (
     _levels_f32,
     _pad_rows,
     candidate_offsets,
-    dilate,
     disk,
     flip,
     marker_window,
@@ -84,7 +83,7 @@ class Tables:
 
     def _stamps(self, spec: Spec, margin: int, w: int) -> None:
         """Ink, mask, dilated mask and collision pixels of every paddle, as flat canvas offsets from its start."""
-        half, n = self.half, 2 * self.half + 1
+        half = self.half
         ys, xs = np.mgrid[-half : half + 1, -half : half + 1]
         flat = (ys * w + xs).ravel()
         self.ink, m_off, m_val, h_off, h_thr = [], [], [], [], []
@@ -139,11 +138,14 @@ class Tables:
         self.disk_off = (dy - margin) * w + (dx - margin)
         self.centre = (pad + size // 2) * w + pad + size // 2
         self.marker_reach = int(math.ceil(spec.marker_radius)) + 7  # beyond this the marker's ink is 0
+        self._markers: dict[tuple[int, int, int, int], np.ndarray] = {}
 
-    @functools.lru_cache(maxsize=64)
     def marker(self, up: int, down: int, left: int, right: int) -> np.ndarray:
         """The marker's window around its centre, cut where the image ends (each side at most marker_reach)."""
-        return marker_window(self.spec, up, down, left, right)
+        key = (up, down, left, right)
+        if key not in self._markers:
+            self._markers[key] = marker_window(self.spec, up, down, left, right)
+        return self._markers[key]
 
     def marker_at(self, y: int, x: int) -> tuple[int, int, np.ndarray]:
         """The marker centred on pixel (y, x): (top row, left column, ink window)."""
