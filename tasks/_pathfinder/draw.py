@@ -36,7 +36,7 @@ SPLIT_CODES = {"train": 0, "val": 1, "test": 2}
 # target pairs grown at once, by (resolution, margin): about the inverse of one pair's chance to grow whole, so that
 # numpy's per-call cost is spread over many pairs. They decide which random numbers go where, so they are part of
 # what an image is: changing one needs a new generator version.
-BATCH = {(32, 1): 256, (64, 1): 512, (128, 2): 128, (128, 3): 128, (256, 3): 64}
+BATCH = {(32, 1): 256, (64, 1): 1024, (128, 2): 128, (128, 3): 256, (256, 3): 32}
 
 
 @dataclass

@@ -53,8 +53,9 @@ class Canvases:
         """Add the masks of paddles (stamp, start) to rows (one paddle per row), cut at the image border as
         draw_line_n_mask cuts them."""
         idx = start[:, None] + t.m_off[stamp]
-        vals = np.where(t.inside[idx], t.m_val[stamp], 0).astype(np.uint8)
-        flat, at = self.mask.reshape(-1), rows[:, None] * self.size + idx
+        vals = t.m_val[stamp] * t.inside[idx]
+        at = idx + rows[:, None] * self.size
+        flat = self.mask.reshape(-1)
         flat[at] = np.maximum(flat[at], vals)
 
     def paste_all(self, t: Tables, row: int, stamp: np.ndarray, start: np.ndarray) -> None:
@@ -70,14 +71,12 @@ def extend(t: Tables, cv: Canvases, h: Heads, rows: np.ndarray, rng: np.random.G
     o = h.stamp[rows]
     py = np.ceil(h.py[rows] + t.next_dy[o]).astype(np.int64)  # translate_coord(last_pivot, orientation, L + 2m)
     px = np.ceil(h.px[rows] + t.next_dx[o]).astype(np.int64)
-    cand = t.step_idx[o]  # (A, W) the candidates with continuity weight
-    cy, cx = py[:, None] + t.cand[cand, 0], px[:, None] + t.cand[cand, 1]
-    size = t.size
-    inside = (cy >= 0) & (cy < size) & (cx >= 0) & (cx < size)  # get_coords_cmf drops the others
-    pos = np.where(inside, t.flat(cy, cx), t.centre)
+    pos = t.flat(py, px)[:, None] + t.step_off[o]  # (A, W) the candidates with continuity weight
+    inside = t.inside[pos]  # get_coords_cmf drops the others
+    pos = np.where(inside, pos, t.centre)
     flat = cv.mask.reshape(-1)
     base = rows[:, None] * cv.size
-    dilated = flat[(base + pos)[:, :, None] + t.disk_off].max(-1)  # binary_dilate_custom(mask, disk(margin))
+    dilated = flat[t.disk_off[:, None, None] + (base + pos)[None]].max(0)  # binary_dilate_custom(mask, disk(m))
     weights = t.step_w[o] * t.inverted[dilated] * inside
     total = weights.sum(1)
     live = total >= DEAD_END
@@ -85,7 +84,7 @@ def extend(t: Tables, cv: Canvases, h: Heads, rows: np.ndarray, rng: np.random.G
     u = rng.random((len(rows), PADDLE_TRIES))
     pick = (cmf[:, None, :] - u[:, :, None] > 0).argmax(-1)  # np.argmax(cmf - random_num > 0), per draw
     at = np.arange(len(rows))[:, None]
-    stamp = N_SEED + cand[at, pick]
+    stamp = N_SEED + t.step_idx[o[:, None], pick]
     start = pos[at, pick]
     chosen = np.full(len(rows), -1)
     todo = np.flatnonzero(live)

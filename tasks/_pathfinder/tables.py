@@ -35,7 +35,9 @@ class Tables:
         self.spec, self.margin, self.size = spec, margin, spec.resolution
         length = spec.paddle_length
         self.half = half = length + int(math.ceil(spec.thickness)) + margin
-        self.pad = pad = half + margin + 1  # stamps start inside the image, candidates' disks reach margin out
+        # stamps start inside the image (their masks reach half + margin around); a pivot lies at most margin + 2
+        # outside, so a candidate at most length + 2 * margin + 2
+        self.pad = pad = max(half + margin + 1, length + 2 * margin + 3)
         self.width = w = self.size + 2 * pad
         self._orientations(length, margin)
         self._levels()
@@ -66,6 +68,7 @@ class Tables:
         self.step_idx = _pad_rows(rows)
         width = self.step_idx.shape[1]
         self.step_w = np.stack([np.pad(weights[i, r], (0, width - len(r))) for i, r in enumerate(rows)])
+        self.step_off = cand[self.step_idx, 0] * (self.size + 2 * self.pad) + cand[self.step_idx, 1]
 
     def _levels(self) -> None:
         """Per 8-bit level a of the mask (b of a new paddle's mask): the original's float comparisons."""
