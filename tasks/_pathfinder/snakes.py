@@ -83,9 +83,9 @@ def _target_seeds(t: Tables, k: int, rng: np.random.Generator):
     o1, y1, x1, py1, px1 = _pick(rows, first, o1, y1, x1, py1, px1)
 
     o2 = rng.integers(-180, 180, (k, SEED_TRIES)) + 180
-    phi = rng.integers(0, 360, (k, SEED_TRIES)) * np.pi / 180
-    y2 = np.round(y1[:, None] + spec.seed_distance * np.sin(phi)).astype(np.int64)
-    x2 = np.round(x1[:, None] + spec.seed_distance * np.cos(phi)).astype(np.int64)
+    phi = rng.integers(0, 360, (k, SEED_TRIES))
+    y2 = np.round(y1[:, None] + t.seed_dy[phi]).astype(np.int64)
+    x2 = np.round(x1[:, None] + t.seed_dx[phi]).astype(np.int64)
     py2, px2, out2 = _seed_ends(t, o2, y2, x2)
     stopped, first = _first_stop(~out2)
     alive &= stopped

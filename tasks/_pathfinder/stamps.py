@@ -21,6 +21,8 @@ tabulated per level (`hit_level`, `inverted`, `free_level`), so they come out ex
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from PIL import Image, ImageDraw
 
@@ -70,9 +72,21 @@ def dilate(image: np.ndarray, kernel: np.ndarray) -> np.ndarray:
     return out
 
 
+def sin(angles: np.ndarray) -> np.ndarray:
+    """Sine through the C library, value by value: numpy's vectorised float64 sine may differ by an ulp between CPUs
+    (SIMD code paths), and the generator rounds values like 2 x sin(30 deg) up or down, so its tables must be the
+    same on every machine."""
+    return np.array([math.sin(a) for a in np.asarray(angles, np.float64).ravel()]).reshape(np.shape(angles))
+
+
+def cos(angles: np.ndarray) -> np.ndarray:
+    """Cosine through the C library (see `sin`)."""
+    return np.array([math.cos(a) for a in np.asarray(angles, np.float64).ravel()]).reshape(np.shape(angles))
+
+
 def translate(y: float, x: float, angle: float, dist: float) -> tuple[int, int]:
     """`snakes.translate_coord`: move by dist along angle (y down) and round up, in absolute float coordinates."""
-    return int(np.ceil(y + float(dist) * np.sin(angle))), int(np.ceil(x + float(dist) * np.cos(angle)))
+    return int(math.ceil(y + float(dist) * math.sin(angle))), int(math.ceil(x + float(dist) * math.cos(angle)))
 
 
 def flip(angle: float) -> float:
@@ -113,7 +127,7 @@ def candidate_offsets(step: int) -> np.ndarray:
     truncated to pixels, unique, in np.unique's (y, x) order. Returned as offsets (n, 2) from the pivot."""
     deg = 360.0 / (2 * step * np.pi)
     rad = np.arange(0, 360, deg) * np.pi / 180
-    offs = np.stack([np.floor(step * np.sin(rad)), np.floor(step * np.cos(rad))], 1).astype(np.int64)
+    offs = np.stack([np.floor(step * sin(rad)), np.floor(step * cos(rad))], 1).astype(np.int64)
     return np.unique(offs, axis=0)
 
 

@@ -19,10 +19,12 @@ from tasks._pathfinder.stamps import (
     _levels_f32,
     _pad_rows,
     candidate_offsets,
+    cos,
     disk,
     flip,
     marker_window,
     paddle,
+    sin,
 )
 
 NEGLIGIBLE = 1e-20  # cos(90 deg)^2 = 3.7e-33 is the original's weight for a turn it cannot take: treated as 0
@@ -49,21 +51,25 @@ class Tables:
     def _orientations(self, length: int, margin: int) -> None:
         self.cand = cand = candidate_offsets(length + margin)
         self.n_cand = len(cand)
-        cand_angle = np.arctan2(cand[:, 0], cand[:, 1])
+        cand_angle = np.array([math.atan2(dy, dx) for dy, dx in cand.tolist()])
         seed_angle = (np.arange(N_SEED) - 180) * np.pi / 180
         self.angle = angle = np.concatenate([seed_angle, cand_angle])
         self.draw_angle = np.concatenate([seed_angle, [flip(a) for a in cand_angle]])
         # translate_coord(pivot, orientation, length + 2 * margin): the next pivot
-        self.next_dy = float(length + 2 * margin) * np.sin(angle)
-        self.next_dx = float(length + 2 * margin) * np.cos(angle)
+        self.next_dy = float(length + 2 * margin) * sin(angle)
+        self.next_dx = float(length + 2 * margin) * cos(angle)
         # a seed's head (tail + length) and pivot (head + length + margin backwards)
         rev = np.where(seed_angle + np.pi < np.pi, seed_angle + np.pi, seed_angle - np.pi)
-        self.head_dy, self.head_dx = float(length) * np.sin(seed_angle), float(length) * np.cos(seed_angle)
-        self.piv_dy, self.piv_dx = float(length + margin) * np.sin(rev), float(length + margin) * np.cos(rev)
+        self.head_dy, self.head_dx = float(length) * sin(seed_angle), float(length) * cos(seed_angle)
+        self.piv_dy, self.piv_dx = float(length + margin) * sin(rev), float(length + margin) * cos(rev)
+        # initialize_two_seeds: the second tail, seed_distance along a whole degree (randint(0, 360) * pi / 180)
+        whole = np.arange(360) * np.pi / 180
+        self.seed_dy = self.spec.seed_distance * sin(whole)
+        self.seed_dx = self.spec.seed_distance * cos(whole)
         # get_coords_cmf's continuity weights, previous orientation x candidate, kept where they are not negligible
         diff = np.abs(cand_angle[None, :] - angle[:, None])
         delta = np.minimum(np.minimum(diff, 2 * np.pi - diff) * self.spec.continuity, 0.5 * np.pi)
-        weights = np.maximum(np.cos(delta), 0) ** 2
+        weights = np.maximum(cos(delta), 0) ** 2
         rows = [np.flatnonzero(r > NEGLIGIBLE) for r in weights]
         self.step_idx = _pad_rows(rows)
         width = self.step_idx.shape[1]
