@@ -1,7 +1,7 @@
 """Pathfinder, Path-64, Path-X and Path-256: are the two circles connected by a dashed snake? (2 classes)
 
-Images are drawn by this project's fast rewrite of Linsley et al.'s generator with LRA's settings per resolution
-(tasks/_pathfinder/), deterministic in (resolution, difficulty, split, index, seed), or read from LRA's release
+Images are drawn as Linsley et al.'s generator draws them with LRA's settings per resolution (tasks/_pathfinder/, a
+fast step-by-step rewrite), deterministic in (resolution, difficulty, split, index, seed), or read from LRA's release
 (`source`). Tokens are pixel + 1 (0 is padding, so a black pixel is not), one per pixel in row-major order, vocab 257.
 
 Data settings (the config's `data:` keys):
@@ -9,6 +9,8 @@ Data settings (the config's `data:` keys):
 - num_train / num_val / num_test: LRA has 200k images per difficulty, split 80/10/10 = 160k / 20k / 20k (its input
   pipeline takes [:80%], [80%:90%], [90%:] of the release). With `source` they cap the release's splits.
 - seed: generator seed.
+- generator: the generator's version, 2 (issue 32: the original's algorithm). Part of the config hash and the cache
+  name, so runs on other versions' images stay apart. Records from before the key existed were drawn by version 1.
 - cache: true stores each split once as a uint8 .npy file (memory-mapped at training time); false draws images on the
   fly when a batch asks for them (no disk; for Path-256, 160k images are 10 GiB).
 - source: a folder in LRA's release layout to read instead of generating. Its images are imported once into a cache
@@ -29,8 +31,8 @@ from lra.core.errors import DataCorruptError
 from lra.core.progress import console, make_progress
 from tasks._cache import TaskCache, describe_source, source_fingerprint
 from tasks._pathfinder import release
-from tasks._pathfinder.draw import GENERATOR_VERSION, check_settings, labels_for
-from tasks._pathfinder.geometry import SPECS
+from tasks._pathfinder.draw import GENERATOR_VERSION, check_generator, check_settings, labels_for
+from tasks._pathfinder.settings import SPECS
 from tasks._pathfinder.store import GeneratedStore, auto_workers
 from tasks._pathfinder.views import LazyImages, PixelTokens
 from tasks.registry import SPLITS, Split, Task, register_task
@@ -56,9 +58,11 @@ class PathfinderTask(Task):
         cache: bool = True,
         source: str | os.PathLike[str] | None = None,
         downsample: int = 1,
+        generator: int = GENERATOR_VERSION,
     ) -> None:
         res = self.resolution
         check_settings(res, int(difficulty))
+        self.generator = check_generator(int(generator))
         self.difficulty = int(difficulty)
         self.downsample = int(downsample)
         if self.downsample < 1 or res % self.downsample:
@@ -192,7 +196,7 @@ class PathfinderTask(Task):
             "resolution": self.resolution,
             "difficulty": self.difficulty,
             "seed": self.seed,
-            "generator_version": GENERATOR_VERSION,
+            "generator_version": self.generator,
             "margins": list(spec.margins),
             "padding": spec.padding,
             "seed_distance": spec.seed_distance,
@@ -200,14 +204,17 @@ class PathfinderTask(Task):
             "paddle_length": spec.paddle_length,
             "thickness": spec.thickness,
             "continuity": spec.continuity,
+            "target_contrast": spec.target_contrast,
+            "distractor_contrast": spec.distractor_contrast,
             "distractor_length": spec.distractor_length(self.difficulty),
-            "distractors": spec.num_distractors(self.difficulty),
+            "distractors_tried": spec.num_distractors(self.difficulty),
         }
 
     def cache_options(self) -> dict[str, Any]:
         if self.source is not None:
             return {"difficulty": self.difficulty}
-        return {"difficulty": self.difficulty, "seed": self.seed, **{f"num_{s}": n for s, n in self.counts.items()}}
+        counts = {f"num_{s}": n for s, n in self.counts.items()}
+        return {"difficulty": self.difficulty, "seed": self.seed, "generator": self.generator, **counts}
 
     def info(self) -> dict[str, Any]:
         """Where the images are, whether every split is cached, and how big they are."""
@@ -223,7 +230,7 @@ class PathfinderTask(Task):
         if not self.cache:
             details["note"] = "cache: false, images are drawn on the fly"
         return self.info_fields(
-            source=f"generated (Pathfinder generator v{GENERATOR_VERSION}, seed {self.seed})",
+            source=f"generated (Pathfinder generator v{self.generator}, seed {self.seed})",
             where=self.store.path,
             splits=self.counts,
             size=sum(c.size() for c in covering.values() if c is not None),
