@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from lra.cli.args import add_device, add_results, csv_list, int_list
+from lra.cli.args import add_device, add_results, check_nproc, csv_list, int_list
 from lra.core.progress import console, out
 
 
@@ -22,6 +22,7 @@ def cmd_bench_train(args) -> int:
     from lra.bench.train import bench_train
     from lra.train import distributed as dist
 
+    check_nproc(args.nproc)
     if args.nproc > 1:
         from lra.train.launch import launch_local
 

@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from lra.cli.args import add_data_dir, add_overrides
-from lra.core.errors import ConfigError
+from lra.core.errors import ConfigError, WriteError, write_reason
 from lra.core.progress import console, out
 
 INFO_COLUMNS = ("task", "source", "where", "splits", "size", "ready", "to prepare")
@@ -53,6 +53,8 @@ def _build(name: str, args: argparse.Namespace):
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers must be at least 1 (leave it out to use every core), got {args.workers}")
     task = _build(args.task, args)
     task.prepare(source=args.source, workers=args.workers or os.cpu_count() or 1)
     console.print(f"[green]prepared[/] {task.name} in {task.data_dir}", highlight=False)
@@ -63,7 +65,15 @@ def cmd_export(args: argparse.Namespace) -> int:
     task = _build(args.task, args)
     if not hasattr(task, "export"):
         raise ConfigError(f"lra data export: task {task.name!r} has no export (only generated tasks have one)")
-    task.export(args.dir)
+    try:
+        task.export(args.dir)
+    except OSError as e:
+        reason = write_reason(e)
+        if reason is None:
+            raise
+        raise WriteError(
+            f"lra data export: cannot write {e.filename or args.dir}: {reason}; choose a writable DIR"
+        ) from None
     console.print(f"[green]exported[/] {task.name} to {args.dir}", highlight=False)
     return 0
 

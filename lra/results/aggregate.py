@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lra.core.hashing import stable_hash
+from lra.core.hashing import flat_settings, stable_hash
 from lra.results.published import LRA_TASKS
 from lra.results.table import FEW_MARK, Ref
 from lra.train.config import SPEED_SETTINGS, with_later_settings
@@ -147,19 +147,10 @@ def config_changes(rec: dict[str, Any], limit: int = 3) -> str:
     current = _current_config(rec.get("task", ""), rec.get("preset") or "default")
     if current is None:
         return "preset not in configs/"
-    ours, now = _flat(seed_free_config(rec.get("config") or {})), _flat(json.loads(current))
+    ours, now = flat_settings(seed_free_config(rec.get("config") or {})), flat_settings(json.loads(current))
     diffs = [f"{k}={ours.get(k, '(unset)')}" for k in sorted(set(ours) | set(now)) if ours.get(k) != now.get(k)]
     more = f", +{len(diffs) - limit} more" if len(diffs) > limit else ""
     return ", ".join(diffs[:limit]) + more
-
-
-def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(obj, dict):
-        return {prefix: json.dumps(obj, default=str)}
-    out: dict[str, Any] = {}
-    for k, v in obj.items():
-        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
-    return out
 
 
 def task_order(tasks: Iterable[str]) -> list[str]:
