@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from attention_impls.registry import BACKENDS, backend_options, build_attention, why_cannot_run
+from attention_impls.registry import BACKENDS, backend_options, build_attention, scores_too_big, why_cannot_run
 from lra.core.dtypes import dtype_name, parse_dtype
 from lra.core.errors import ConfigError, RunSetupError, is_oom
 from lra.core.progress import make_progress
@@ -101,6 +101,8 @@ def bench_attention(
     for name in backends:
         BACKENDS.get(name)  # unknown names fail here, listing the known ones
     seqs, head_dims = list(seqs), list(head_dims)
+    _check_sizes({"--seq": seqs, "--head-dim": head_dims, "--batch-tokens": [batch_tokens], "--heads": [heads],
+                  "--batch": [batch]})  # fmt: skip
     dev_name = torch.cuda.get_device_name() if device == "cuda" else device
     shape = {"layout": layout, "device": device, "options": options, "dropout": dropout}
     timing = {"warmup_ms": warmup_ms, "rep_ms": rep_ms}
@@ -124,6 +126,14 @@ def bench_attention(
                         rows.append(row)
                         progress.advance(overall)
     return rows
+
+
+def _check_sizes(sizes: dict[str, list[int | None]]) -> None:
+    """Every size given (None: not given) is a positive integer; else a ConfigError naming the option."""
+    for flag, values in sizes.items():
+        bad = [v for v in values if v is not None and v < 1]
+        if bad or (flag in ("--seq", "--head-dim") and not values):
+            raise ConfigError(f"{flag} {','.join(map(str, bad)) or '(none)'}: give positive integers, e.g. 1024,4096")
 
 
 def _row(name, n, d, h, b, dt, mode, dropout) -> dict[str, Any]:
@@ -152,6 +162,10 @@ def _bench_one(name, n, d, h, b, dt, mode, *, layout, device, options, dropout, 
     reason = why_cannot_run(name, device, dt, d)
     if reason is not None:
         row["status"] = f"unsupported: {reason}"
+        return row
+    too_big = scores_too_big(name, batch=b, heads=h, seq_len=n, device=device)
+    if too_big is not None:
+        row["status"] = f"oom: {too_big}"  # refused before allocating (the same row as an out-of-memory one)
         return row
     opts = dict((options or {}).get(name, {}))
     if layout is not None and "layout" in backend_options(name):

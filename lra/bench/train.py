@@ -105,7 +105,7 @@ def bench_train(
                     mode_cfg["train"]["compile"] = mode
                     rec = _record(mode_cfg, task, backend, synthetic=synthetic, timed_steps=steps, env=env)
                     rec["data_on_device"] = feed.resident
-                    reason = cannot_run(cfg, backend, dev)
+                    reason = cannot_run(cfg, backend, dev, seq_len=task.seq_len)
                     if reason:
                         rec.update(status=f"unsupported: {reason}", metrics={}, compile=_requested(mode, dev))
                     else:

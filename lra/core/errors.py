@@ -63,4 +63,5 @@ def is_oom(err: BaseException) -> bool:
 
     if isinstance(err, torch.cuda.OutOfMemoryError):
         return True
-    return isinstance(err, (RuntimeError, MemoryError)) and "out of memory" in str(err).lower()
+    text = str(err).lower()
+    return isinstance(err, (RuntimeError, MemoryError)) and ("out of memory" in text or "can't allocate memory" in text)

@@ -106,6 +106,9 @@ def _train(
     """`train()` once the run directory to resume (or None: a new one) is known and owned."""
     resume = run_dir is not None
     task = build_task(config["task"], data_dir=data_dir, **config["data"])
+    reason = cannot_run(config, backend, dev, seq_len=task.seq_len)  # now with the length: can the scores fit?
+    if reason:
+        raise RunSetupError(reason)
     splits = {name: task.load(name) for name in SPLITS}
     trainer = build_trainer(config, task, backend, dev, cpu_amp=cpu_amp)
     feeds = place_splits(splits, task, dev, config["train"]["data_placement"])
