@@ -25,7 +25,7 @@ import torch
 from lra.core.environment import environment
 from lra.core.errors import is_oom
 from lra.core.hashing import stable_hash
-from lra.core.progress import make_progress
+from lra.core.progress import make_progress, progress_line
 from lra.train import distributed as dist
 from lra.train.compiled import resolve_mode
 from lra.train.config import load_config
@@ -111,6 +111,10 @@ def bench_train(
                     else:
                         rec.update(_measure(mode_cfg, task, feed, backend, dev, steps=steps, warmup=warmup))
                     records.append(rec)
+                    if dist.is_main():
+                        ms = rec["metrics"].get("ms_per_step")
+                        result = f"{ms:.1f} ms/step" if ms else rec["status"]
+                        progress_line(f"bench train {task_name} N={task.seq_len} {backend} compile {mode}: {result}")
                 progress.advance(bar)
     _add_speedups(records)
     return records

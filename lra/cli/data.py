@@ -35,6 +35,7 @@ def add_parser(sub) -> None:
     info = dsub.add_parser("info", parents=[common], help="what is cached where, how big, and how to prepare it")
     info.add_argument("task", nargs="?", help="one task (default: every task)")
     info.add_argument("--json", action="store_true", help="print the raw information as JSON")
+    info.add_argument("--wide", action="store_true", help="one table with every column (default: what fits)")
     info.set_defaults(func=cmd_info)
 
     ex = dsub.add_parser("export", parents=[common], help="write generated data in LRA's release format")
@@ -85,8 +86,23 @@ def cmd_info(args: argparse.Namespace) -> int:
     infos = [_build(name, args).info() for name in names]
     if args.json:
         out.print_json(json.dumps(infos, default=str))
-    else:
-        out.print(info_table(infos))
+        return 0
+    from rich.filesize import decimal
+    from rich.measure import Measurement
+
+    from lra.core.tables import print_table
+
+    full = info_table(infos)
+    if args.wide or Measurement.get(out, out.options.update_width(1 << 16), full).maximum <= out.width:
+        print_table(out, full, wide=args.wide)
+        return 0
+    for info in infos:  # a narrow terminal: one block per task, paths and commands on lines of their own
+        state = ["ready" if info["ready"] else "not prepared"] + ([decimal(info["bytes"])] if info["bytes"] else [])
+        state += [_splits_text(info["splits"])] if info["splits"] else []
+        out.print(f"[bold]{info['task']}[/]: {'; '.join(state)}", highlight=False)
+        for label, key in (("source", "source"), ("where", "where"), ("prepare", "prepare")):
+            if info[key]:
+                out.print(f"  {label + ':':<8} {info[key]}", highlight=False, markup=False, soft_wrap=True)
     return 0
 
 
@@ -98,22 +114,25 @@ def _splits_text(splits: dict[str, int]) -> str:
 
 
 def info_table(infos: list[dict[str, Any]]):
-    """A rich table of tasks' `info()` (fields task, source, where, splits, bytes, ready, prepare)."""
+    """A rich table of tasks' `info()` (fields task, source, where, splits, bytes, ready, prepare); `lra data info`
+    shows it where it fits (or with --wide), else one block of lines per task."""
     from rich.filesize import decimal
     from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="task data")
-    for col in INFO_COLUMNS:
+    columns = INFO_COLUMNS
+    for col in columns:
         table.add_column(col, overflow="fold")
     for info in infos:
-        table.add_row(
-            info["task"],
-            escape(str(info["source"] or "-")),
-            escape(str(info["where"] or "-")),
-            _splits_text(info["splits"] or {}),
-            decimal(info["bytes"]) if info["bytes"] else "-",
-            "[green]yes[/]" if info["ready"] else "[yellow]no[/]",
-            escape(info["prepare"] or "-"),
-        )
+        cells = {
+            "task": info["task"],
+            "source": escape(str(info["source"] or "-")),
+            "where": escape(str(info["where"] or "-")),
+            "splits": _splits_text(info["splits"] or {}),
+            "size": decimal(info["bytes"]) if info["bytes"] else "-",
+            "ready": "[green]yes[/]" if info["ready"] else "[yellow]no[/]",
+            "to prepare": escape(info["prepare"] or "-"),
+        }
+        table.add_row(*(cells[c] for c in columns))
     return table
