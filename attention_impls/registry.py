@@ -43,6 +43,7 @@ class Capabilities:
     triton: bool = False  # a Triton kernel: on CPU it runs only under TRITON_INTERPRET=1
     dropout: bool = True  # applies attention dropout; False: refused for p > 0 (why_cannot_run, build_attention)
     exact_on_mask: bool = False  # exact softmax attention over the pairs of its `token_mask` (block layouts, windows)
+    scores_matrix: bool = False  # builds the whole (batch, heads, N, N) score matrix (see `scores_too_big`)
     notes: str = ""  # one line for `lra list`
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -227,3 +228,42 @@ def why_cannot_run(
         if caps.max_head_dim is not None and head_dim > caps.max_head_dim:
             return f"{name!r} supports head dims up to {caps.max_head_dim}, not {head_dim}"
     return dropout_refusal(name, dropout)
+
+
+SCORE_BYTES = 4  # the scores are fp32 (softmax precision) whatever the input dtype
+
+
+def scores_too_big(
+    name: str, *, batch: int, heads: int, seq_len: int, device: str | torch.device, lower: str = "batch or length"
+) -> str | None:
+    """Why backend `name` cannot hold its (batch, heads, N, N) fp32 score matrix on `device` (a message that says
+    what would work: `lower` names the settings to lower), or None. Checked before anything is allocated, against
+    the device's total memory: a training step needs several such matrices and one is the least it allocates, so a
+    run this lets through may still run out of memory, but none it refuses could have run."""
+    if not BACKENDS.get(name).capabilities.scores_matrix:
+        return None
+    need, have = batch * heads * seq_len * seq_len * SCORE_BYTES, _total_memory(torch.device(device))
+    if have is None or need <= have:
+        return None
+    dev = torch.device(device).type
+    others = [n for n, c in BACKENDS.items() if _builds_no_scores(c.capabilities, dev)][:4]
+    return (
+        f"{name!r} materialises a ({batch}, {heads}, {seq_len}, {seq_len}) fp32 score matrix of {need / 1e9:,.1f} GB, "
+        f"more than this {dev} device's {have / 1e9:,.1f} GB; lower the {lower}"
+        + (f", or use a backend that does not build it ({', '.join(others)})" if others else "")
+    )
+
+
+def _builds_no_scores(caps: Capabilities, dev: str) -> bool:
+    """An exact backend that runs on `dev` without the N x N scores (Triton kernels count on CUDA only)."""
+    return dev in caps.devices and caps.exact and not caps.scores_matrix and not (caps.triton and dev == "cpu")
+
+
+def _total_memory(device: torch.device) -> int | None:
+    """The device's total memory in bytes (the host's physical memory for the CPU); None when unknown."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device.index or 0).total_memory if torch.cuda.is_available() else None
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None

@@ -102,4 +102,4 @@ class SDPAMath(_SDPA):
     """SDPA's composite math implementation: runs everywhere, materialises the scores."""
 
     sdp_backend = SDPBackend.MATH
-    capabilities = Capabilities(notes="PyTorch SDPA, pinned")
+    capabilities = Capabilities(scores_matrix=True, notes="PyTorch SDPA, pinned")

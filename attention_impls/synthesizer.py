@@ -37,6 +37,7 @@ class SynthesizerAttention(AttentionBackend):
     capabilities = Capabilities(
         exact=False,
         fixed_seq_len=True,
+        scores_matrix=True,
         notes="Tay et al. 2020; O(N^2), no QK^T",
         extra={"unused_inputs": ("k",)},  # keys only mark padding (the random variant ignores q too)
     )

@@ -131,7 +131,10 @@ class TaskCache:
         """One split stored by `CacheWriter.split`."""
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; splits: {', '.join(SPLITS)}")
-        return Split(self.array(f"{split}_tokens", mmap), self.array(f"{split}_labels", mmap))
+        tokens = f"{split}_tokens"
+        return Split(
+            self.array(tokens, mmap), self.array(f"{split}_labels", mmap), source=str(self.path / f"{tokens}.npy")
+        )
 
     def size(self) -> int:
         """Bytes on disk (0 when absent)."""

@@ -159,7 +159,7 @@ class CachedTask(Task):
         tokens = data.tokens[:n]
         if tokens.shape[-1] > self.max_length:
             tokens = tokens[..., : self.max_length]
-        return Split(tokens, data.labels[:n])
+        return Split(tokens, data.labels[:n], source=data.source)
 
     def _usable_cache(self) -> TaskCache:
         """The cache, imported first from data.source when it has none or one built from a different source."""

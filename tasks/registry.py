@@ -32,10 +32,12 @@ INFO_FIELDS = ("task", "source", "where", "splits", "bytes", "ready", "prepare",
 
 @dataclass
 class Split:
-    """One split in memory (or memory-mapped): integer tokens (N, L) or (N, 2, L), integer labels (N,)."""
+    """One split in memory (or memory-mapped): integer tokens (N, L) or (N, 2, L), integer labels (N,); `source`:
+    the file the tokens were read from (named when they turn out to be corrupt), None when built in memory."""
 
     tokens: np.ndarray
     labels: np.ndarray
+    source: str | None = None
 
     def __post_init__(self) -> None:
         if len(self.tokens) != len(self.labels):

@@ -222,3 +222,101 @@ def test_export_of_a_real_data_task_is_a_user_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == "error: lra data export: task 'text' has no export (only generated tasks have one)\n"
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["run", "TOY", "--attn", "naive", "--set", "train.lr=0"], "train.lr = 0 is not valid: expected a number > 0"),
+        (["run", "TOY", "--attn", "naive", "--nproc", "0"], "--nproc must be at least 1 (processes to train with)"),
+        (["run", "TOY", "--attn", "naive", "--nproc", "-2"], "--nproc must be at least 1 (processes to train"),
+        (["bench", "train", "TOY", "--attn", "naive", "--nproc", "0", "--device", "cpu"], "--nproc must be at least 1"),
+        (["data", "prepare", "listops", "--workers", "0"], "--workers must be at least 1 (leave it out to use every"),
+        (["sweep", "--tasks", "TOY", "--attn", "naive", "--per-gpu", "0", "--dry-run"], "--per-gpu must be at least 1"),
+        (["bench", "attention", "--attn", "naive", "--seq", "0", "--device", "cpu"], "--seq 0: give positive integers"),
+        (["bench", "attention", "--attn", "naive", "--head-dim", "-8", "--device", "cpu"], "--head-dim -8: give"),
+        (["run", "TOY", "--attn", "naive", "--device", "cpu", "--set", "data.max_length=1000000"],
+         "'naive' materialises a (32, 2, 1000000, 1000000) fp32 score matrix of 256,000.0 GB, more than this cpu"),
+    ],
+)  # fmt: skip
+def test_impossible_settings_are_one_line_errors(argv, says, tmp_path, monkeypatch, capsys):
+    """Issue 38's rows that were accepted silently or ended in a traceback: exit 2 and one line, nothing written."""
+    monkeypatch.setenv("LRA_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("LRA_RESULTS", str(tmp_path / "results"))
+    argv = [toy_config_path(tmp_path) if a == "TOY" else a for a in argv] + ["--no-record"] * (argv[0] == "run")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and says in " ".join(err.split()) and err.count("\n") == 1
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "results").exists()
+
+
+def test_export_to_a_path_that_cannot_be_written_is_one_line(tmp_path, capsys):
+    (tmp_path / "a_file").write_text("")
+    small = ["--set", "data.num_train=20", "--set", "data.num_val=10", "--set", "data.num_test=10"]
+    argv = ["data", "export", "listops", str(tmp_path / "a_file" / "out"), "--data-dir", str(tmp_path), *small]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: lra data export: cannot write {tmp_path / 'a_file' / 'out'}: a part of the path is a file, not a "
+        "folder; choose a writable DIR\n"
+    )
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def test_bench_tables_fit_80_columns_without_cutting_a_name(monkeypatch, capsys):
+    from lra.bench.attention import format_attention_table
+    from lra.cli.bench import train_table
+    from lra.core.tables import print_table
+
+    rows = []
+    for i, name in enumerate(("flex_block_sparse", "block_sparse_flash", "naive")):
+        row = {"backend": name, "seq": 16384, "head_dim": 64, "heads": 8, "batch": 8, "dtype": "bf16", "mode": "fwd"}
+        ok = name != "naive"
+        row |= {"dropout": 0.1, "dropout_effective": 0.1, "density": 0.122, "ms": 138.12345 + i if ok else None}
+        row |= {"tflops": 123.4 if ok else None, "peak_mem_mb": 4096.0, "status": "ok" if ok else "oom"}
+        rows.append(row)
+    monkeypatch.setattr(out, "width", 80)
+    print_table(out, format_attention_table(rows, width=80))
+    text = capsys.readouterr().out
+    assert max(map(len, _lines(text))) <= 80 and "…" not in text
+    assert all(f"│ {name} " in text for name in ("flex_block_sparse", "block_sparse_flash", "naive"))
+    assert "138.123" in text and "139.123" in text and "bf16" in text  # a constant column moves to the title
+    print_table(out, format_attention_table(rows, width=80, wide=True), wide=True)
+    wide = capsys.readouterr().out
+    assert max(map(len, _lines(wide))) > 80 and all(f" {h} " in wide for h in ("H", "B", "dtype", "p", "density"))
+
+    recs = [
+        {"backend": name, "seq_len": 2048, "status": "ok", "compile": {"mode": "max", "fallback": None},
+         "metrics": {"ms_per_step": 12.5, "steps_per_s": 80.0, "tokens_per_s": 5_242_880.0, "peak_mem_mb": 2048.0,
+                     "compile_s": 41.2, "speedup_vs_eager": 1.31, "speedup_vs_naive": 2.13}}
+        for name in ("block_sparse_flash", "sdpa_mem_efficient")
+    ]  # fmt: skip
+    print_table(out, train_table(recs, "bench train listops", width=80))
+    text = capsys.readouterr().out
+    assert max(map(len, _lines(text))) <= 80 and "…" not in text
+    assert "│ block_sparse_flash " in text and "│ sdpa_mem_efficient " in text and "5,242,880" in text
+
+
+def test_data_info_at_80_columns_keeps_paths_and_commands_whole(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(out, "width", 80)
+    data = ["--data-dir", str(tmp_path / "a-rather-long-folder-name-for-the-data-cache")]
+    assert main(["data", "info", "image", *data]) == 0 and main(["data", "info", "listops", *data]) == 0
+    text = capsys.readouterr().out
+    assert "lra data prepare image --from /path/to/cifar-10-python.tar.gz" in text
+    assert f"  where:   {tmp_path / 'a-rather-long-folder-name-for-the-data-cache' / 'listops'}/" in text
+    assert "…" not in text and "┃" not in text  # one block per task, no table cut to fit
+
+
+def test_bench_attention_says_each_row_where_no_progress_bar_shows(monkeypatch, capsys):
+    from lra.bench.attention import bench_attention
+    from lra.core.progress import console
+
+    monkeypatch.setenv("LRA_QUIET", "0")
+    assert not console.is_terminal  # stderr captured: what a pipe or a log file gets
+    rows = bench_attention(["naive"], [16], [8], "fp32", batch=1, device="cpu", rep_ms=1.0, warmup_ms=0.0)
+    err = capsys.readouterr().err
+    for i, row in enumerate(rows, 1):
+        assert f"bench attention {i}/2: naive N=16 D=8 B=1 {row['mode']}: {row['ms']:.3f} ms" in err

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from lra.core.errors import DataCorruptError
 from lra.model import padding_flags
 from lra.train import feed as feed_module
 from lra.train.batches import batch_indices
@@ -99,5 +100,21 @@ def test_placement_and_sizes():
         torch.int32
     ]
     bad = Split(np.full((3, 4), 300, np.int16), np.zeros(3))
-    with pytest.raises(ValueError, match=r"token ids outside 0..256 in rows 0..2"):
+    with pytest.raises(ValueError, match=r"example 0 has token id 300, outside this task's vocabulary 0..256"):
         DeviceSplit(bad, CPU, pair=False, vocab_size=257)
+
+
+def test_out_of_range_token_ids_are_named_with_their_file_on_either_placement(tmp_path):
+    """Issue 38: a cache with random token ids stops with the file and the example, not an IndexError."""
+    tokens = np.random.default_rng(0).integers(1, 10, (8, 5)).astype(np.int16)
+    tokens[5, 2], tokens[6, 0] = 12, -1  # examples 5 and 6 are corrupt; 5 comes first
+    path = tmp_path / "train_tokens.npy"
+    np.save(path, tokens)
+    split = Split(np.load(path, mmap_mode="r"), np.zeros(8), source=str(path))
+    message = rf"{path}: example 5 has token id 12, outside this task's vocabulary 0..9; the cache is corrupt"
+    with pytest.raises(DataCorruptError, match=message):
+        place_split(split, CPU, placement="device", pair=False, vocab_size=10)
+    host = place_split(split, CPU, placement="host", pair=False, vocab_size=10)
+    assert host.batch(np.array([0, 1, 2])).tokens.tolist() == tokens[:3].tolist()  # good rows read as they are
+    with pytest.raises(DataCorruptError, match=message):
+        host.batch(np.array([7, 5, 1]))

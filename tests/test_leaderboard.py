@@ -382,3 +382,49 @@ def test_speed_table_times_a_task_at_the_length_its_preset_has_now(tmp_path):
         "Training speed-up over naive (NVIDIA H200, preset fa-paper)"
     ]
     assert cell(speed, "flash", "text") == "3.00x (3.00/s)"
+
+
+def in_dir(run_dir, *args, date="2026-11-30T10:00:00Z", **kwargs):
+    """A run record of `run_record(*args, **kwargs)` from the run directory `run_dir`, stored at `date`."""
+    return {**run_record(*args, **kwargs), "run_dir": run_dir, "date": date}
+
+
+def test_a_seed_recorded_twice_counts_once_and_the_newest_counts(tmp_path):
+    """Issue 38: two records of one (config, seed) are one cell member; n and the mark follow the distinct seeds."""
+    old = in_dir("/runs/a", "listops", "flash", 0.20, seed=0)
+    new = in_dir("/runs/b", "listops", "flash", 0.30, seed=0, date="2026-12-01T10:00:00Z")
+    twice = in_dir("/runs/c", "listops", "flash", 0.40, seed=1)  # one run stored twice: same figures
+    store = stored(tmp_path, [old, new, twice, dict(twice)])
+    tables = tables_of(store)
+    # seeds 0 (newest: 30.0) and 1 (40.0): mean 35.0, std 7.1, two seeds, so marked as fewer than three
+    assert (
+        cell(tables["Accuracy, preset default: the LRA configs"], "flash", "listops") == f"35.0 ± 7.1 (n=2) {FEW_MARK}"
+    )
+    notes = " ".join(tables["Records"].notes)
+    assert "Not counted" in notes and notes.count(".json") == 2  # the older seed-0 record and one copy of seed 1
+
+
+def test_two_records_of_one_run_that_disagree_are_an_error_naming_both(tmp_path):
+    a = in_dir("/runs/a", "listops", "flash", 0.20, seed=0)
+    b = in_dir("/runs/a", "listops", "flash", 0.25, seed=0, date="2026-12-01T10:00:00Z")
+    store = stored(tmp_path, [a, b])
+    files = sorted(p.name for p in store.iterdir())
+    with pytest.raises(DataCorruptError, match="two records of one run") as err:
+        tables_of(store)
+    assert all(f in str(err.value) for f in files)
+
+
+def test_the_curated_records_have_one_per_config_and_seed():
+    from lra.results.aggregate import one_per_seed
+
+    runs = [r for r in load_records(curated_dir()) if r.get("kind") == "run"]
+    assert len(runs) > 10 and one_per_seed(runs)[1] == []
+
+
+def test_a_stub_run_record_is_skipped_with_a_warning_naming_its_file(tmp_path, capsys):
+    store = stored(tmp_path, [run_record("listops", "flash", 0.30)])
+    (store / "stub.json").write_text('{"kind": "run"}\n')
+    (md,) = write_leaderboard(store, tmp_path / "out", formats="md", plots=False)
+    err = capsys.readouterr().err
+    assert "stub.json: a run record without task, backend, config, metrics; skipped" in " ".join(err.split())
+    assert "stub.json" not in md.read_text() and "| `flash` | 30.0 (n=1)" in md.read_text()

@@ -232,8 +232,9 @@ def test_a_run_locked_by_another_process_is_left_alone(tmp_path):
     seen = []
     options = LaunchOptions(results=tmp_path / "results")
     pool = LocalPool([run], slots=[None], options=options, on_status=lambda r, state, where: seen.append(state))
-    assert pool.run() == {run.name: ("busy", "another process")}
-    assert seen == ["busy"] and not run.run_dir.exists()
+    ((state, where),) = pool.run().values()
+    assert state == "skipped" and where.startswith(f"running in lra sweep (pid {os.getpid()} on ")
+    assert seen == ["skipped"] and not run.run_dir.exists()
     os.close(held)
 
 

@@ -75,7 +75,7 @@ def test_run_dir_conflicts_are_clear_errors(tmp_path):
     run(tmp_path, overrides=SHORT, stop_after=25)
     with pytest.raises(RunSetupError, match=r"already holds a run; pass --resume"):
         run(tmp_path, overrides=SHORT)
-    with pytest.raises(RunSetupError, match="different config"):
+    with pytest.raises(RunSetupError, match=r"started with other settings: train.lr=0.01 \(now 0.02\)"):
         run(tmp_path, overrides=[*SHORT, "train.lr=0.02"], resume=True)
     with pytest.raises(RunSetupError, match=r"has no checkpoint \(last.pt\)"):
         run(tmp_path, overrides=SHORT, out_dir=tmp_path / "empty", resume=True)

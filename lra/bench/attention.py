@@ -18,11 +18,13 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
+from rich.markup import escape
 
-from attention_impls.registry import BACKENDS, backend_options, build_attention, why_cannot_run
+from attention_impls.registry import BACKENDS, backend_options, build_attention, scores_too_big, why_cannot_run
 from lra.core.dtypes import dtype_name, parse_dtype
 from lra.core.errors import ConfigError, RunSetupError, is_oom
-from lra.core.progress import make_progress
+from lra.core.progress import make_progress, progress_line
+from lra.core.tables import Column, fitted_table
 
 MODES = ("fwd", "fwd_bwd")
 BWD_FACTOR = 2.5  # backward FLOPs per forward FLOP (FlashAttention paper's convention)
@@ -101,6 +103,8 @@ def bench_attention(
     for name in backends:
         BACKENDS.get(name)  # unknown names fail here, listing the known ones
     seqs, head_dims = list(seqs), list(head_dims)
+    _check_sizes({"--seq": seqs, "--head-dim": head_dims, "--batch-tokens": [batch_tokens], "--heads": [heads],
+                  "--batch": [batch]})  # fmt: skip
     dev_name = torch.cuda.get_device_name() if device == "cuda" else device
     shape = {"layout": layout, "device": device, "options": options, "dropout": dropout}
     timing = {"warmup_ms": warmup_ms, "rep_ms": rep_ms}
@@ -123,7 +127,23 @@ def bench_attention(
                         row["device"] = dev_name
                         rows.append(row)
                         progress.advance(overall)
+                        _row_line(row, len(rows), progress.tasks[overall].total)
     return rows
+
+
+def _row_line(row: dict[str, Any], done: int, total: float | None) -> None:
+    """The row just measured, as a `progress_line`."""
+    result = f"{row['ms']:.3f} ms" if row["status"] == "ok" else row["status"]
+    what = f"{row['backend']} N={row['seq']} D={row['head_dim']} B={row['batch']} {row['mode']}"
+    progress_line(f"bench attention {done}/{total:.0f}: {what}: {result}")
+
+
+def _check_sizes(sizes: dict[str, list[int | None]]) -> None:
+    """Every size given (None: not given) is a positive integer; else a ConfigError naming the option."""
+    for flag, values in sizes.items():
+        bad = [v for v in values if v is not None and v < 1]
+        if bad or (flag in ("--seq", "--head-dim") and not values):
+            raise ConfigError(f"{flag} {','.join(map(str, bad)) or '(none)'}: give positive integers, e.g. 1024,4096")
 
 
 def _row(name, n, d, h, b, dt, mode, dropout) -> dict[str, Any]:
@@ -152,6 +172,10 @@ def _bench_one(name, n, d, h, b, dt, mode, *, layout, device, options, dropout, 
     reason = why_cannot_run(name, device, dt, d)
     if reason is not None:
         row["status"] = f"unsupported: {reason}"
+        return row
+    too_big = scores_too_big(name, batch=b, heads=h, seq_len=n, device=device)
+    if too_big is not None:
+        row["status"] = f"oom: {too_big}"  # refused before allocating (the same row as an out-of-memory one)
         return row
     opts = dict((options or {}).get(name, {}))
     if layout is not None and "layout" in backend_options(name):
@@ -221,33 +245,31 @@ def peer_ratios(rows: Sequence[dict[str, Any]]) -> dict[tuple, dict[str, float]]
     return out
 
 
-def format_attention_table(rows: Sequence[dict[str, Any]], title: str = "attention benchmark"):
-    """A rich Table of the rows, with each backend's speed-up over its peers (x > 1: faster than that peer)."""
-    from rich.table import Table
+ATTENTION_COLUMNS = (
+    Column("backend"), Column("N", "right"), Column("D", "right"), Column("H", "right", drop=6),
+    Column("B", "right", drop=5), Column("dtype", drop=7), Column("mode"), Column("p", "right", drop=8),
+    Column("density", "right", drop=9), Column("ms", "right"), Column("TFLOP/s", "right", drop=3),
+    Column("peak MB", "right", drop=4), Column("vs peers", wrap=True),
+)  # fmt: skip
 
+
+def format_attention_table(
+    rows: Sequence[dict[str, Any]], title: str = "attention benchmark", *, width: int = 80, wide: bool = False
+):
+    """A rich Table of the rows, with each backend's speed-up over its peers (x > 1: faster than that peer), fitted
+    into `width` columns (`lra.core.tables`; `wide`: every column)."""
     ratios = peer_ratios(rows)
-    table = Table(title=title)
-    cols = ("backend", "N", "D", "H", "B", "dtype", "mode", "p", "density", "ms", "TFLOP/s", "peak MB", "vs peers")
-    for col in cols:
-        table.add_column(col, justify="left" if col in ("backend", "mode", "vs peers", "dtype") else "right")
     order = sorted(rows, key=lambda r: (r["head_dim"], r["seq"], r["mode"], r["backend"]))
+    cells = []
     for r in order:
         key = (r["backend"], r["seq"], r["head_dim"], r["heads"], r["batch"], r["dtype"], r["mode"])
         vs = ", ".join(f"{p} {x:.2f}x" for p, x in sorted(ratios.get(key, {}).items()))
         ok = r["status"] == "ok"
-        table.add_row(
-            r["backend"],
-            str(r["seq"]),
-            str(r["head_dim"]),
-            str(r["heads"]),
-            str(r["batch"]),
-            r["dtype"],
-            r["mode"],
-            f"{r.get('dropout_effective', r.get('dropout', 0.0)):.4g}",
-            f"{r.get('density', 1.0):.3f}",
-            f"{r['ms']:.3f}" if ok else "-",
-            f"{r['tflops']:.1f}" if ok else "-",
+        cells.append([
+            r["backend"], str(r["seq"]), str(r["head_dim"]), str(r["heads"]), str(r["batch"]), r["dtype"], r["mode"],
+            f"{r.get('dropout_effective', r.get('dropout', 0.0)):.4g}", f"{r.get('density', 1.0):.3f}",
+            f"{r['ms']:.3f}" if ok else "-", f"{r['tflops']:.1f}" if ok else "-",
             f"{r['peak_mem_mb']:.0f}" if ok and r.get("peak_mem_mb") is not None else "-",
-            vs if ok else r["status"][:60],
-        )
-    return table
+            escape(vs if ok else r["status"]),
+        ])  # fmt: skip
+    return fitted_table(title, ATTENTION_COLUMNS, cells, width=width, wide=wide)

@@ -25,7 +25,7 @@ import torch
 from lra.core.environment import environment
 from lra.core.errors import is_oom
 from lra.core.hashing import stable_hash
-from lra.core.progress import make_progress
+from lra.core.progress import make_progress, progress_line
 from lra.train import distributed as dist
 from lra.train.compiled import resolve_mode
 from lra.train.config import load_config
@@ -105,12 +105,16 @@ def bench_train(
                     mode_cfg["train"]["compile"] = mode
                     rec = _record(mode_cfg, task, backend, synthetic=synthetic, timed_steps=steps, env=env)
                     rec["data_on_device"] = feed.resident
-                    reason = cannot_run(cfg, backend, dev)
+                    reason = cannot_run(cfg, backend, dev, seq_len=task.seq_len)
                     if reason:
                         rec.update(status=f"unsupported: {reason}", metrics={}, compile=_requested(mode, dev))
                     else:
                         rec.update(_measure(mode_cfg, task, feed, backend, dev, steps=steps, warmup=warmup))
                     records.append(rec)
+                    if dist.is_main():
+                        ms = rec["metrics"].get("ms_per_step")
+                        result = f"{ms:.1f} ms/step" if ms else rec["status"]
+                        progress_line(f"bench train {task_name} N={task.seq_len} {backend} compile {mode}: {result}")
                 progress.advance(bar)
     _add_speedups(records)
     return records

@@ -95,3 +95,9 @@ def add_results(parser: argparse.ArgumentParser) -> None:
         "--results leaderboard/results adds to the curated records)",
     )
     parser.add_argument("--no-record", action="store_true", help="store no result record")
+
+
+def check_nproc(nproc: int) -> None:
+    """`--nproc N`: at least one process."""
+    if nproc < 1:
+        raise ConfigError(f"--nproc must be at least 1 (processes to train with), got {nproc}")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from lra.cli.args import add_device, add_results, csv_list, int_list
+from lra.cli.args import add_device, add_results, check_nproc, csv_list, int_list
 from lra.core.progress import console, out
+from lra.core.tables import Column, fitted_table, print_table
 
 
 def _store(records, results) -> None:
@@ -16,12 +17,38 @@ def _store(records, results) -> None:
     console.print(f"stored {len(records)} record(s) in the results store")
 
 
-def cmd_bench_train(args) -> int:
-    from rich.table import Table
+TRAIN_COLUMNS = (
+    Column("backend"), Column("seq", "right"), Column("compile", drop=5), Column("status", wrap=True, drop=1),
+    Column("ms/step", "right"), Column("steps/s", "right", drop=3), Column("tokens/s", "right", drop=4),
+    Column("peak MB", "right", drop=6), Column("compile s", "right", drop=7), Column("vs eager", "right", drop=8),
+    Column("vs naive", "right", drop=2),
+)  # fmt: skip
 
+
+def train_table(recs: list[dict], title: str, *, width: int, wide: bool = False):
+    """The `bench train` records as a table fitted into `width` columns (`wide`: every column)."""
+    from rich.markup import escape
+
+    rows = []
+    for r in recs:
+        m, c = r["metrics"], r["compile"]
+        rows.append([
+            r["backend"], str(r["seq_len"]), c["mode"] + (" (fallback)" if c["fallback"] else ""), escape(r["status"]),
+            f"{m['ms_per_step']:.1f}" if m else "-", f"{m['steps_per_s']:.2f}" if m else "-",
+            f"{m['tokens_per_s']:,.0f}" if m else "-",
+            f"{m['peak_mem_mb']:,.0f}" if m and m.get("peak_mem_mb") else "-",
+            f"{m['compile_s']:.1f}" if m and c["mode"] != "none" else "-",
+            f"{m['speedup_vs_eager']:.2f}x" if m.get("speedup_vs_eager") else "-",
+            f"{m['speedup_vs_naive']:.2f}x" if m.get("speedup_vs_naive") else "-",
+        ])  # fmt: skip
+    return fitted_table(title, TRAIN_COLUMNS, rows, width=width, wide=wide)
+
+
+def cmd_bench_train(args) -> int:
     from lra.bench.train import bench_train
     from lra.train import distributed as dist
 
+    check_nproc(args.nproc)
     if args.nproc > 1:
         from lra.train.launch import launch_local
 
@@ -46,27 +73,8 @@ def cmd_bench_train(args) -> int:
         dist.shutdown()
     if not main:
         return 0
-    t = Table(title=f"bench train {args.task} ({recs[0]['world_size']} process(es))" if recs else "bench train")
-    columns = ("backend", "seq", "compile", "status", "ms/step", "steps/s", "tokens/s", "peak MB", "compile s",
-               "vs eager", "vs naive")  # fmt: skip
-    for col in columns:
-        t.add_column(col)
-    for r in recs:
-        m, c = r["metrics"], r["compile"]
-        t.add_row(
-            r["backend"],
-            str(r["seq_len"]),
-            c["mode"] + (" (fallback)" if c["fallback"] else ""),
-            r["status"][:60],
-            f"{m['ms_per_step']:.1f}" if m else "-",
-            f"{m['steps_per_s']:.2f}" if m else "-",
-            f"{m['tokens_per_s']:,.0f}" if m else "-",
-            f"{m['peak_mem_mb']:,.0f}" if m and m.get("peak_mem_mb") else "-",
-            f"{m['compile_s']:.1f}" if m and c["mode"] != "none" else "-",
-            f"{m['speedup_vs_eager']:.2f}x" if m.get("speedup_vs_eager") else "-",
-            f"{m['speedup_vs_naive']:.2f}x" if m.get("speedup_vs_naive") else "-",
-        )
-    out.print(t)
+    title = f"bench train {args.task} ({recs[0]['world_size']} process(es))" if recs else "bench train"
+    print_table(out, train_table(recs, title, width=out.width, wide=args.wide), wide=args.wide)
     if not args.no_record:
         _store(recs, args.results)
     return 0
@@ -94,7 +102,7 @@ def cmd_bench_attention(args) -> int:
         dropout=args.dropout,
         **kwargs,
     )
-    out.print(format_attention_table(rows))
+    print_table(out, format_attention_table(rows, width=out.width, wide=args.wide), wide=args.wide)
     if not args.no_record:
         from lra.core.environment import environment
 
@@ -130,8 +138,10 @@ def add_parser(sub) -> None:
     common = argparse.ArgumentParser(add_help=False)
     add_device(common, default="cuda", help="cpu, cuda or cuda:N (default: cuda)")
     add_results(common)
+    wide = argparse.ArgumentParser(add_help=False)
+    wide.add_argument("--wide", action="store_true", help="every column (default: what fits the terminal)")
 
-    a = bsub.add_parser("attention", parents=[common], help="forward and forward+backward time, TFLOP/s, memory")
+    a = bsub.add_parser("attention", parents=[common, wide], help="forward and forward+backward time, TFLOP/s, memory")
     a.add_argument("--attn", required=True, help="comma-separated backends, e.g. flash,sdpa_flash,naive")
     a.add_argument("--seq", default="1024,4096,16384", help="comma-separated lengths (4k style allowed)")
     a.add_argument("--head-dim", default="64", help="comma-separated head dims")
@@ -152,7 +162,7 @@ def add_parser(sub) -> None:
     tl.add_argument("--jobs", type=int, default=1, help="processes that compile the candidates first")
     tl.set_defaults(func=cmd_bench_tiles)
 
-    t = bsub.add_parser("train", parents=[common], help="training steps/s, tokens/s, memory, speed-up vs naive")
+    t = bsub.add_parser("train", parents=[common, wide], help="training steps/s, tokens/s, memory, speed-up vs naive")
     t.add_argument("task")
     t.add_argument("--attn", required=True, help="comma-separated backends, e.g. naive,flash,sdpa_flash")
     t.add_argument("--preset", default=None)

@@ -10,7 +10,7 @@ from typing import Any
 
 from lra.cli import data_compare
 from lra.cli.args import add_data_dir, add_overrides
-from lra.core.errors import ConfigError
+from lra.core.errors import ConfigError, WriteError, write_reason
 from lra.core.progress import console, out
 
 INFO_COLUMNS = ("task", "source", "where", "splits", "size", "ready", "to prepare")
@@ -37,6 +37,7 @@ def add_parser(sub) -> None:
     info = dsub.add_parser("info", parents=[common], help="what is cached where, how big, and how to prepare it")
     info.add_argument("task", nargs="?", help="one task (default: every task)")
     info.add_argument("--json", action="store_true", help="print the raw information as JSON")
+    info.add_argument("--wide", action="store_true", help="one table with every column (default: what fits)")
     info.set_defaults(func=cmd_info)
 
     ex = dsub.add_parser("export", parents=[common], help="write generated data in LRA's release format")
@@ -56,6 +57,8 @@ def _build(name: str, args: argparse.Namespace):
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers must be at least 1 (leave it out to use every core), got {args.workers}")
     task = _build(args.task, args)
     task.prepare(source=args.source, workers=args.workers or os.cpu_count() or 1)
     console.print(f"[green]prepared[/] {task.name} in {task.data_dir}", highlight=False)
@@ -66,7 +69,15 @@ def cmd_export(args: argparse.Namespace) -> int:
     task = _build(args.task, args)
     if not hasattr(task, "export"):
         raise ConfigError(f"lra data export: task {task.name!r} has no export (only generated tasks have one)")
-    task.export(args.dir)
+    try:
+        task.export(args.dir)
+    except OSError as e:
+        reason = write_reason(e)
+        if reason is None:
+            raise
+        raise WriteError(
+            f"lra data export: cannot write {e.filename or args.dir}: {reason}; choose a writable DIR"
+        ) from None
     console.print(f"[green]exported[/] {task.name} to {args.dir}", highlight=False)
     return 0
 
@@ -78,8 +89,23 @@ def cmd_info(args: argparse.Namespace) -> int:
     infos = [_build(name, args).info() for name in names]
     if args.json:
         out.print_json(json.dumps(infos, default=str))
-    else:
-        out.print(info_table(infos))
+        return 0
+    from rich.filesize import decimal
+    from rich.measure import Measurement
+
+    from lra.core.tables import print_table
+
+    full = info_table(infos)
+    if args.wide or Measurement.get(out, out.options.update_width(1 << 16), full).maximum <= out.width:
+        print_table(out, full, wide=args.wide)
+        return 0
+    for info in infos:  # a narrow terminal: one block per task, paths and commands on lines of their own
+        state = ["ready" if info["ready"] else "not prepared"] + ([decimal(info["bytes"])] if info["bytes"] else [])
+        state += [_splits_text(info["splits"])] if info["splits"] else []
+        out.print(f"[bold]{info['task']}[/]: {'; '.join(state)}", highlight=False)
+        for label, key in (("source", "source"), ("where", "where"), ("prepare", "prepare")):
+            if info[key]:
+                out.print(f"  {label + ':':<8} {info[key]}", highlight=False, markup=False, soft_wrap=True)
     return 0
 
 
@@ -91,22 +117,25 @@ def _splits_text(splits: dict[str, int]) -> str:
 
 
 def info_table(infos: list[dict[str, Any]]):
-    """A rich table of tasks' `info()` (fields task, source, where, splits, bytes, ready, prepare)."""
+    """A rich table of tasks' `info()` (fields task, source, where, splits, bytes, ready, prepare); `lra data info`
+    shows it where it fits (or with --wide), else one block of lines per task."""
     from rich.filesize import decimal
     from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="task data")
-    for col in INFO_COLUMNS:
+    columns = INFO_COLUMNS
+    for col in columns:
         table.add_column(col, overflow="fold")
     for info in infos:
-        table.add_row(
-            info["task"],
-            escape(str(info["source"] or "-")),
-            escape(str(info["where"] or "-")),
-            _splits_text(info["splits"] or {}),
-            decimal(info["bytes"]) if info["bytes"] else "-",
-            "[green]yes[/]" if info["ready"] else "[yellow]no[/]",
-            escape(info["prepare"] or "-"),
-        )
+        cells = {
+            "task": info["task"],
+            "source": escape(str(info["source"] or "-")),
+            "where": escape(str(info["where"] or "-")),
+            "splits": _splits_text(info["splits"] or {}),
+            "size": decimal(info["bytes"]) if info["bytes"] else "-",
+            "ready": "[green]yes[/]" if info["ready"] else "[yellow]no[/]",
+            "to prepare": escape(info["prepare"] or "-"),
+        }
+        table.add_row(*(cells[c] for c in columns))
     return table

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from lra.cli.args import add_data_dir, add_device, add_overrides, add_results
+from lra.cli.args import add_data_dir, add_device, add_overrides, add_results, check_nproc
 from lra.core.progress import console
 
 EPILOG = """examples:
@@ -63,6 +63,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.seed is not None:
         overrides.append(f"train.seed={args.seed}")
     config = load_config(args.task, args.preset, overrides)  # bad settings fail here, before any process starts
+    check_nproc(args.nproc)
     if args.nproc > 1:
         from lra.train.launch import launch_local
 
@@ -86,7 +87,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         dist.shutdown()
     if main_rank and "stopped_at" not in summary and not args.no_record:
-        from lra.results.store import save_record
-
-        console.print(f"record: {save_record(summary, args.results)}", highlight=False, soft_wrap=True)
+        store_summary(summary, args.results)
     return 0
+
+
+def store_summary(summary: dict, results: str | None) -> None:
+    """Store the run's record; a store that cannot be written is a one-line WriteError saying that the record is
+    kept in the run directory (summary.json) and how to store it later."""
+    from lra.core.errors import WriteError
+    from lra.results.store import save_record
+
+    try:
+        path = save_record(summary, results)
+    except WriteError as e:
+        later = f"lra results store {summary['run_dir']}" + (f" --results {results}" if results else "")
+        raise WriteError(f"{e}; the record is kept in {summary['run_dir']}/summary.json: run `{later}` once the "
+                         "store is writable") from e  # fmt: skip
+    console.print(f"record: {path}", highlight=False, soft_wrap=True)

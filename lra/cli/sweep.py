@@ -97,6 +97,8 @@ def execute(runs, args: argparse.Namespace, root: Path) -> int:
     from lra.sweep.local import LaunchOptions
     from lra.sweep.table import Board
 
+    if args.per_gpu < 1:
+        raise ConfigError(f"--per-gpu must be at least 1, got {args.per_gpu}")
     results = Path(args.results).expanduser().resolve() if args.results else results_dir().resolve()
     options = LaunchOptions(results=results, data_dir=args.data_dir, device=args.device, runner=args.runner)
     board = Board(runs, title=f"lra sweep: {len(runs)} runs")
@@ -213,8 +215,12 @@ def _run_cluster(runs, args, options, board, *, folder: Path) -> None:
 
 
 def _report(runs, board) -> int:
-    """Name the runs that did not finish (with their logs' last lines); 0 when every run is done."""
-    unfinished = [run for run in runs if board.rows[run.name].state != "done"]
+    """Name the runs that did not finish (with their logs' last lines) and those left to another process; 0 when
+    every run is done or running elsewhere (a second sweep of the same grid is not a failure)."""
+    skipped = [run for run in runs if board.rows[run.name].state == "skipped"]
+    unfinished = [run for run in runs if board.rows[run.name].state not in ("done", "skipped")]
+    for run in skipped:
+        console.print(f"[yellow]skipped[/] {run.name}: {board.rows[run.name].where}", highlight=False)
     for run in unfinished:
         row = board.rows[run.name]
         console.print(f"[bold red]{row.state}[/] {run.name} ({row.where}); log: {run.log}", highlight=False)
@@ -225,5 +231,10 @@ def _report(runs, board) -> int:
     if unfinished:
         console.print(f"{len(unfinished)} of {len(runs)} runs did not finish; the same command continues the sweep")
         return 1
-    console.print(f"[bold green]done[/]: all {len(runs)} runs", highlight=False)
+    if skipped:
+        done = f"{len(runs) - len(skipped)} of {len(runs)} runs; {len(skipped)} running in another process (the same "
+        done += "command later checks them)"
+    else:
+        done = f"all {len(runs)} runs"
+    console.print(f"[bold green]done[/]: {done}", highlight=False)
     return 0

@@ -18,6 +18,13 @@ def quiet() -> bool:
     return os.environ.get("LRA_QUIET", "0") not in ("", "0")
 
 
+def progress_line(text: str) -> None:
+    """`text` as a line of its own where no live progress bar shows (output to a file or a pipe, which a bar only
+    reaches at its end), so long work says what it has done; nothing on a terminal or when quiet."""
+    if not console.is_terminal and not quiet():
+        console.print(text, highlight=False, markup=False, soft_wrap=True)
+
+
 def make_progress(*extra_columns: TextColumn, disable: bool = False) -> Progress:
     """A progress display with bar, count, elapsed and remaining time, plus `extra_columns` (off when `disable`)."""
     return Progress(

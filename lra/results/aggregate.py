@@ -2,6 +2,12 @@
 
 A cell shows the mean, the sample standard deviation (n - 1 denominator) and the number of seeds n; a cell with
 n < MIN_SEEDS is marked, because two seeds say little about the spread (ListOps seeds differ by 17 points).
+
+n counts distinct seeds, never records (`one_per_seed`): of several records of one (config, seed), the newest counts
+(a seed run again replaces its earlier run: CUDA training is not bitwise repeatable, so a re-run's figures may
+differ). Two records of one run directory are one run: stored twice (a record written again) they agree and count
+once; with other test or validation accuracies they disagree, and that is an error naming both files, since one of
+them cannot be that run's result.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lra.core.hashing import stable_hash
+from lra.core.errors import DataCorruptError
+from lra.core.hashing import flat_settings, stable_hash
 from lra.results.published import LRA_TASKS
 from lra.results.table import FEW_MARK, Ref
 from lra.train.config import SPEED_SETTINGS, with_later_settings
@@ -121,6 +128,46 @@ def run_key(rec: dict[str, Any]) -> tuple:
     return (rec.get("task"), rec.get("backend"), rec.get("preset", "default"), config_key(rec), rec["_store"])
 
 
+RUN_FIELDS = ("task", "backend", "config", "metrics")  # what a run record needs to be a cell member
+
+
+def incomplete(record: dict[str, Any]) -> list[str]:
+    """The RUN_FIELDS a run record lacks (a stub, a hand-written or truncated record); [] for other kinds."""
+    if record.get("kind") != "run":
+        return []
+    return [k for k in RUN_FIELDS if not record.get(k)]
+
+
+def one_per_seed(runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the runs that count, in their order; the records left out): one record per (cell, seed), the newest. Two
+    records of one run directory whose accuracies differ are a DataCorruptError naming both (see the module)."""
+    left_out: list[dict[str, Any]] = []
+    for (*_, seed), recs in group_by(runs, lambda r: (run_key(r), str(seed_of(r)))).items():
+        if len(recs) < 2 or seed == "None":
+            continue
+        _check_agree(recs)
+        keep = newest(recs)
+        left_out += [r for r in recs if r is not keep]
+    dropped = {id(r) for r in left_out}
+    return [r for r in runs if id(r) not in dropped], left_out
+
+
+def _check_agree(recs: list[dict[str, Any]]) -> None:
+    for rec in recs:
+        for other in recs:
+            if other is rec or not rec.get("run_dir") or rec.get("run_dir") != other.get("run_dir"):
+                continue
+            ours, theirs = (
+                tuple((r.get("metrics") or {}).get(k) for k in ("test_acc", "val_acc")) for r in (rec, other)
+            )
+            if ours != theirs:
+                raise DataCorruptError(
+                    f"results store: {rec['_path']} and {other['_path']} are two records of one run "
+                    f"({rec['run_dir']}) with different results (test, val accuracy {ours} and {theirs}); remove the "
+                    "one that is wrong"
+                )
+
+
 @functools.cache
 def _current_config(task: str, preset: str) -> str | None:
     from lra.core.errors import LraError
@@ -147,19 +194,10 @@ def config_changes(rec: dict[str, Any], limit: int = 3) -> str:
     current = _current_config(rec.get("task", ""), rec.get("preset") or "default")
     if current is None:
         return "preset not in configs/"
-    ours, now = _flat(seed_free_config(rec.get("config") or {})), _flat(json.loads(current))
+    ours, now = flat_settings(seed_free_config(rec.get("config") or {})), flat_settings(json.loads(current))
     diffs = [f"{k}={ours.get(k, '(unset)')}" for k in sorted(set(ours) | set(now)) if ours.get(k) != now.get(k)]
     more = f", +{len(diffs) - limit} more" if len(diffs) > limit else ""
     return ", ".join(diffs[:limit]) + more
-
-
-def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(obj, dict):
-        return {prefix: json.dumps(obj, default=str)}
-    out: dict[str, Any] = {}
-    for k, v in obj.items():
-        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
-    return out
 
 
 def task_order(tasks: Iterable[str]) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any
 from lra.core.atomic import atomic_open
 from lra.core.errors import ConfigError
 from lra.results.accuracy import accuracy_tables
-from lra.results.aggregate import SEEDS_NOTE, config_key, group_by, newest, seed_of
+from lra.results.aggregate import SEEDS_NOTE, config_key, group_by, incomplete, newest, one_per_seed, seed_of
 from lra.results.kernels import attention_tables
 from lra.results.numerics_tables import knobs_table, reproduction_table, weights_table
 from lra.results.speed import scaling_table, speed_tables
@@ -68,7 +68,7 @@ def numerics_table(records: list[dict[str, Any]]) -> Table | None:
 
 def build_tables(records: list[dict[str, Any]]) -> list[Table]:
     """Every leaderboard table the records support, in page order."""
-    runs = [r for r in records if r.get("kind") == "run"]
+    runs, repeated = one_per_seed([r for r in records if r.get("kind") == "run"])
     bench = [r for r in records if r.get("kind") == "bench_train"]
     tables: list[Table | None] = [
         *accuracy_tables(runs),
@@ -82,12 +82,13 @@ def build_tables(records: list[dict[str, Any]]) -> list[Table]:
         weights_table(records),
     ]
     if records:
-        tables.append(records_table(records))
+        tables.append(records_table(records, repeated))
     return [t for t in tables if t is not None]
 
 
-def records_table(records: list[dict[str, Any]]) -> Table:
-    """Every record read, with what identifies the cells it feeds (task, backend, preset, seed, config)."""
+def records_table(records: list[dict[str, Any]], repeated: list[dict[str, Any]] = ()) -> Table:
+    """Every record read, with what identifies the cells it feeds (task, backend, preset, seed, config); `repeated`:
+    the run records of a (config, seed) that a newer record replaces."""
     rows = []
     for r in sorted(records, key=lambda r: (r["_store"], r["_file"])):
         m = r.get("metrics", {})
@@ -101,8 +102,11 @@ def records_table(records: list[dict[str, Any]]) -> Table:
                 + [Cell(str(r.get("git_commit") or "-")[:12]), Cell(what)])
         )  # fmt: skip
     header = ["file", "kind", "task", "backend", "preset", "seed", "config", "store", "device", "commit", "figures"]
-    note = "Every figure above comes from these files; config = the hash of the resolved config without its seed."
-    return Table("Records", header, rows, [note], section="records")
+    notes = ["Every figure above comes from these files; config = the hash of the resolved config without its seed."]
+    if repeated:
+        files = ", ".join(sorted(r["_file"] for r in repeated))
+        notes.append(f"Not counted: a newer record of the same config and seed replaces {files}.")
+    return Table("Records", header, rows, notes, section="records")
 
 
 def markdown(page: Page, link, with_html: bool) -> str:
@@ -173,6 +177,7 @@ def write_leaderboard(
     if unknown:
         raise ConfigError(f"unknown leaderboard format {unknown[0]!r}; use {' or '.join(FILES)}")
     read, records = read_stores(named)
+    records = _complete(records)
     out = Path(out_dir) if out_dir is not None else (named[0] if named else results_dir()).expanduser().parent
     figures, note = [], None
     if plots:
@@ -187,6 +192,21 @@ def write_leaderboard(
         with atomic_open(pages[-1], "w", encoding="utf-8") as f:
             f.write(render(page, fmt, out, formats))
     return pages + [f.path for f in figures]
+
+
+def _complete(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records without the incomplete run records, each of which is skipped with a warning naming its file."""
+    from lra.core.progress import console
+
+    kept = []
+    for rec in records:
+        missing = incomplete(rec)
+        if missing:
+            console.print(f"[yellow]warning:[/] {rec['_path']}: a run record without {', '.join(missing)}; skipped "
+                          "(fix or remove it)", highlight=False, soft_wrap=True)  # fmt: skip
+        else:
+            kept.append(rec)
+    return kept
 
 
 def render(page: Page, fmt: str, out_dir: Path, formats: tuple[str, ...] = ("md", "html")) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lra.results.accuracy import PRESET_TITLES, preset_order
-from lra.results.aggregate import aggregate, group_by, is_canonical, task_order
+from lra.results.aggregate import aggregate, group_by, is_canonical, one_per_seed, task_order
 from lra.results.plotting import colours, grid, pyplot, save, slug
 from lra.results.published import FLASH_PAPER_SPEEDUP, SPEEDUP_PRESET, paper_for
 from lra.results.speed import Block, speed_blocks
@@ -18,7 +18,7 @@ from lra.results.time_to_accuracy import blocks, reached, targets
 
 def run_figures(records: list[dict[str, Any]], plot_dir: Path) -> list[Figure]:
     """Every run and training-benchmark plot the records support."""
-    runs = [r for r in records if r.get("kind") == "run" and r.get("preset") != "tiny"]
+    runs = one_per_seed([r for r in records if r.get("kind") == "run" and r.get("preset") != "tiny"])[0]
     canonical = [r for r in runs if is_canonical(r)]
     figures = []
     for preset in preset_order({r.get("preset", "default") for r in canonical}):

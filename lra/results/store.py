@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lra.core.environment import REPO_ROOT
-from lra.core.errors import DataCorruptError
+from lra.core.errors import DataCorruptError, DataMissingError, WriteError, write_reason
 
 
 def results_dir() -> Path:
@@ -43,9 +43,20 @@ def save_record(record: dict[str, Any], store: str | os.PathLike[str] | None = N
 
     The file is written whole under a temporary name, then hard-linked to the first free name, which fails rather
     than overwrites when another process took that name first: records saved at the same moment (a sweep's runs)
-    never replace each other.
+    never replace each other. A store that cannot be written (read-only, full, missing) is a WriteError; nothing
+    half-written is left in it.
     """
     store = Path(store) if store is not None else results_dir()
+    try:
+        return _write_record(record, store)
+    except OSError as e:
+        reason = write_reason(e)
+        if reason is None:
+            raise
+        raise WriteError(f"cannot write a record into the results store {store}: {reason}") from e
+
+
+def _write_record(record: dict[str, Any], store: Path) -> Path:
     stamp = record.get("date", "").replace(":", "").replace("-", "")
     seed = (record.get("config") or {}).get("train", {}).get("seed")
     parts = [record.get("kind", "record"), record.get("task"), record.get("backend"), record.get("preset")]
@@ -72,6 +83,31 @@ def save_record(record: dict[str, Any], store: str | os.PathLike[str] | None = N
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def store_run(run_dir: str | os.PathLike[str], store: str | os.PathLike[str] | None = None) -> tuple[Path, bool]:
+    """Store the record of the finished run in `run_dir` (its summary.json is the record) unless the store already
+    holds it (a record of that run directory with the same date); returns (the record's path, whether it was written
+    now). `lra results store` and the sweep store a record this way when storing it at the end of the run failed."""
+    from lra.train.rundir import SUMMARY
+
+    summary = Path(run_dir) / SUMMARY
+    try:
+        with open(summary, encoding="utf-8") as f:
+            record = json.load(f)
+    except FileNotFoundError:
+        raise DataMissingError(
+            f"{run_dir} holds no finished run ({SUMMARY} is missing): finish it with `lra run ... --resume --out "
+            f"{run_dir}` (the run's own command), which stores its record"
+        ) from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise DataCorruptError(f"{summary} is not a readable run summary ({e})") from None
+    here = str(Path(run_dir).resolve())
+    for rec in load_records(store):
+        same_run = rec.get("run_dir") and str(Path(rec["run_dir"]).resolve()) == here
+        if same_run and rec.get("date") == record.get("date"):
+            return Path(rec["_path"]), False
+    return save_record(record, store), True
 
 
 def load_records(store: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from typing import Any
 from attention_impls import BACKENDS
 from lra.core.errors import ConfigError, RunSetupError
 from lra.core.hashing import stable_hash
-from lra.results.store import load_records, save_record
+from lra.results.store import load_records, store_run
 from lra.train.config import config_hash, load_config
 from lra.train.rundir import CONFIG, SUMMARY, RunDir, default_runs_root
 
@@ -191,9 +191,9 @@ def _stored_hash(run_dir: Path) -> str | None:
 
 
 def store_record(run: Run, store: str | os.PathLike[str] | None) -> Path:
-    """Store a finished run's record from its summary.json (the run was stopped between the two writes)."""
-    with open(run.run_dir / SUMMARY, encoding="utf-8") as f:
-        return save_record(json.load(f), store)
+    """Store a finished run's record from its summary.json (the run was stopped between the two writes, or the
+    store could not be written then); a record the store already holds is not written again."""
+    return store_run(run.run_dir, store)[0]
 
 
 def clear_unstarted(run: Run) -> None:

@@ -1,15 +1,16 @@
 """The local executor: K runs per visible GPU at once (K processes on a machine without one), each an `lra run`
 subprocess with its own CUDA_VISIBLE_DEVICES and log file.
 
-Each run is locked (flock on RUN.lock) by the sweep that starts it, and the lock is handed to the `lra run`
-process, so it stays held as long as that process lives, even when the sweep itself is killed: a second sweep over
-the same root skips a run that is still running elsewhere instead of writing into its directory.
+Each run is locked (flock on RUN.lock, see lra.core.locks) by the sweep that starts it, and the lock is handed to the
+`lra run` process, so it stays held as long as that process lives, even when the sweep itself is killed: a second
+sweep over the same root skips a run that is still running elsewhere (state `skipped`, naming the holder) instead of
+writing into its directory, and so does a sweep that finds the run directory owned by an `lra run --resume` of it.
+Whether a finished run still needs its record is decided under the lock, from the results store as it is then.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import subprocess
 import sys
@@ -19,12 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from lra.core import locks
 from lra.core.errors import ConfigError
 from lra.sweep.grid import DONE, RECORD, RESUME, START, Run, clear_unstarted, recorded_run_dirs, run_state, store_record
+from lra.train.rundir import RunDir
 
 POLL_S = 0.5
 STOP_GRACE_S = 10.0
-FINAL = ("done", "failed", "busy")  # the states a run ends a sweep in (busy: running in another process)
+FINAL = ("done", "failed", "skipped")  # the states a run ends a sweep in (skipped: running in another process)
 # on_status(run, state, where): pending, queued, running, resumed or a FINAL state; `where` names the GPU, job, ...
 OnStatus = Callable[[Run, str, str], None]
 Outcome = dict[str, tuple[str, str]]  # run name -> (FINAL state, note)
@@ -68,19 +71,13 @@ class _Active:
 
 
 def try_lock(path: Path) -> int | None:
-    """An fd holding an exclusive flock on `path`, or None when another process holds it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
+    """An fd holding an exclusive flock on `path` for this sweep, or None when another process holds it."""
+    return locks.try_lock(path, "lra sweep")
 
 
 class LocalPool:
-    """Runs a list of runs, at most one per slot at a time, until each is done, failed or busy elsewhere."""
+    """Runs a list of runs, at most one per slot at a time, until each is done, failed or skipped (running in another
+    process)."""
 
     def __init__(
         self, runs: list[Run], *, slots: list[str | None], options: LaunchOptions, on_status: OnStatus | None = None
@@ -98,11 +95,10 @@ class LocalPool:
     def run(self, on_tick: Callable[[], None] | None = None) -> Outcome:
         """Run everything; returns how each run ended. Ctrl-C (or an error here) stops the runs it started."""
         pending, active = deque(self.runs), {}
-        recorded = recorded_run_dirs(self.options.results)
         try:
             while pending or active:
                 for slot in [i for i in range(len(self.slots)) if i not in active]:
-                    started = self._next(pending, recorded, slot)
+                    started = self._next(pending, slot)
                     if started is not None:
                         active[slot] = started
                 self._reap(active)
@@ -114,16 +110,19 @@ class LocalPool:
             _stop(active.values())
         return self.outcome
 
-    def _next(self, pending: deque[Run], recorded: set[str], slot: int) -> _Active | None:
+    def _next(self, pending: deque[Run], slot: int) -> _Active | None:
         """Start the next pending run that needs starting on `slot`, settling the ones that need no process."""
         while pending:
             run = pending.popleft()
             fd = try_lock(run.lock)
-            if fd is None:
-                self.on_status(run, "busy", "another process")
+            elsewhere = locks.holder(run.lock) if fd is None else RunDir(run.run_dir).in_use()
+            if elsewhere is not None:
+                if fd is not None:
+                    os.close(fd)
+                self.on_status(run, "skipped", f"running in {elsewhere}")
                 continue
             try:
-                started = self._settle_or_start(run, fd, recorded, self.slots[slot])
+                started = self._settle_or_start(run, fd, self.slots[slot])
             except BaseException:
                 os.close(fd)
                 raise
@@ -133,9 +132,10 @@ class LocalPool:
             self.on_status(run, "done", "")
         return None
 
-    def _settle_or_start(self, run: Run, fd: int, recorded: set[str], gpu: str | None) -> _Active | None:
-        """Start `run` (holding its lock `fd`) unless it needs no process (then None)."""
-        state = run_state(run, recorded)
+    def _settle_or_start(self, run: Run, fd: int, gpu: str | None) -> _Active | None:
+        """Start `run` (holding its lock `fd`) unless it needs no process (then None). The store is read now, under
+        the lock: another sweep may have recorded this run since this one started."""
+        state = run_state(run, recorded_run_dirs(self.options.results))
         if state == RECORD:
             store_record(run, self.options.results)
         if state in (DONE, RECORD):

@@ -87,7 +87,7 @@ class Board:
         """Re-read the progress of every run not settled yet."""
         for run in self.runs:
             row = self.rows[run.name]
-            if row.state not in ("done", "busy") or row.progress.step == 0:
+            if row.state not in ("done", "skipped") or row.progress.step == 0:
                 row.progress = read_progress(run.run_dir)
 
     def render(self) -> Table:

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
-from lra.core.errors import RunSetupError
+from lra.core.errors import DataCorruptError, RunSetupError
 from lra.model import padding_flags
 from lra.train.batches import epoch_batches, steps_per_epoch
 from tasks.registry import Split
@@ -45,8 +44,9 @@ class HostSplit:
 
     resident = False
 
-    def __init__(self, split: Split, device: torch.device, *, pair: bool) -> None:
+    def __init__(self, split: Split, device: torch.device, *, pair: bool, vocab_size: int | None = None) -> None:
         self.split, self.device, self.pair = split, device, pair
+        self.vocab_size = vocab_size  # token ids are checked against it per batch (None: not checked)
         self.pin = device.type == "cuda"
 
     def __len__(self) -> int:
@@ -56,6 +56,8 @@ class HostSplit:
         """The examples `idx` (sorted; the last one repeated up to `pad_to` rows) as host tensors, pinned on CUDA."""
         order = _pad_rows(np.sort(idx), pad_to)  # sorted reads are faster on memory-mapped caches
         tokens = np.ascontiguousarray(self.split.tokens[order]).astype(np.int64)
+        if self.vocab_size is not None:
+            check_token_ids(tokens, order, self.vocab_size, self.split.source)
         labels = np.asarray(self.split.labels[order]).astype(np.int64)
         out = torch.from_numpy(tokens), torch.from_numpy(labels)
         if self.pin:
@@ -77,7 +79,7 @@ class DeviceSplit:
 
     def __init__(self, split: Split, device: torch.device, *, pair: bool, vocab_size: int) -> None:
         self.device = device
-        self.tokens, self.padding = _tokens_to_device(split.tokens, device, vocab_size)
+        self.tokens, self.padding = _tokens_to_device(split, device, vocab_size)
         self.labels = torch.from_numpy(np.asarray(split.labels).astype(np.int64)).to(device)
 
     def __len__(self) -> int:
@@ -122,9 +124,25 @@ def compact_dtype(vocab_size: int) -> tuple[np.dtype, torch.dtype]:
     return np.dtype(np.int64), torch.int64
 
 
-def _tokens_to_device(tokens: Any, device: torch.device, vocab_size: int) -> tuple[torch.Tensor, np.ndarray]:
-    """`tokens` ((N, L) or (N, 2, L), any array-like that slices) as a compact device tensor, converted in chunks,
-    and the (N, documents) host table of which examples have padding."""
+def check_token_ids(tokens: np.ndarray, rows: np.ndarray, vocab_size: int, source: str | None) -> None:
+    """Refuse token ids outside 0 .. vocab_size - 1 (a corrupt cache) with a DataCorruptError naming the file and the
+    first example that has one (`rows`: the example index of each row of `tokens`)."""
+    if not tokens.size or (tokens.min() >= 0 and tokens.max() < vocab_size):
+        return
+    bad = ((tokens < 0) | (tokens >= vocab_size)).reshape(len(tokens), -1).any(axis=1)
+    row = int(np.argmax(bad))
+    values = tokens[row][(tokens[row] < 0) | (tokens[row] >= vocab_size)]
+    where = source or "the split in memory"
+    raise DataCorruptError(
+        f"{where}: example {int(rows[row])} has token id {int(values[0])}, outside this task's vocabulary 0.."
+        f"{vocab_size - 1}; the cache is corrupt: delete its folder and prepare it again (lra data prepare)"
+    )
+
+
+def _tokens_to_device(split: Split, device: torch.device, vocab_size: int) -> tuple[torch.Tensor, np.ndarray]:
+    """The split's tokens ((N, L) or (N, 2, L), any array-like that slices) as a compact device tensor, converted in
+    chunks, and the (N, documents) host table of which examples have padding."""
+    tokens = split.tokens
     n, shape = len(tokens), tuple(tokens.shape[1:])
     np_type, torch_type = compact_dtype(vocab_size)
     out = torch.empty((n, *shape), dtype=torch_type, device=device)
@@ -132,8 +150,7 @@ def _tokens_to_device(tokens: Any, device: torch.device, vocab_size: int) -> tup
     rows = max(1, CHUNK_ELEMENTS // max(1, int(np.prod(shape))))
     for start in range(0, n, rows):
         chunk = np.asarray(tokens[start : start + rows])
-        if chunk.size and (chunk.min() < 0 or chunk.max() >= vocab_size):
-            raise ValueError(f"token ids outside 0..{vocab_size - 1} in rows {start}..{start + len(chunk) - 1}")
+        check_token_ids(chunk, np.arange(start, start + len(chunk)), vocab_size, split.source)
         padding[start : start + len(chunk)] = (chunk == 0).any(axis=-1).reshape(len(chunk), -1)
         out[start : start + len(chunk)].copy_(torch.from_numpy(chunk.astype(np_type)))
     return out, padding
@@ -154,7 +171,7 @@ def place_split(split: Split, device: torch.device, *, placement: str, pair: boo
         placement = "device" if device.type == "cuda" and not on_demand and _fits(split, device, vocab_size) else "host"
     if placement == "device":
         return DeviceSplit(split, device, pair=pair, vocab_size=vocab_size)
-    return HostSplit(split, device, pair=pair)
+    return HostSplit(split, device, pair=pair, vocab_size=vocab_size)
 
 
 def _fits(split: Split, device: torch.device, vocab_size: int) -> bool:

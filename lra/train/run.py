@@ -78,11 +78,37 @@ def train(
     reason = cannot_run(config, backend, dev)
     if reason:
         raise RunSetupError(reason)
-    where = {"out_dir": out_dir, "runs_root": runs_root}
-    run_dir = rundir.on_main(rundir.find_resumable, config, backend, **where) if resume else None
     if not resume and out_dir is not None:
         rundir.check_unused(out_dir)
+    where = {"out_dir": out_dir, "runs_root": runs_root}
+    opts = {"where": where, "data_dir": data_dir, "dev": dev, "stop_after": stop_after, "on_eval": on_eval}
+    try:
+        run_dir = None
+        if resume:
+            run_dir = rundir.on_main(rundir.find_resumable, config, backend, **where, world_size=dist.world_size())
+        return _train(config, backend, run_dir, **opts, cpu_amp=cpu_amp)
+    finally:
+        rundir.release_all()  # the run directory is ours (RunDir.hold) only while training it
+
+
+def _train(
+    config: dict[str, Any],
+    backend: str,
+    run_dir: rundir.RunDir | None,
+    *,
+    where: dict[str, Any],
+    data_dir: PathLike | None,
+    dev: torch.device,
+    stop_after: int | None,
+    on_eval: OnEval | None,
+    cpu_amp: bool,
+) -> dict[str, Any]:
+    """`train()` once the run directory to resume (or None: a new one) is known and owned."""
+    resume = run_dir is not None
     task = build_task(config["task"], data_dir=data_dir, **config["data"])
+    reason = cannot_run(config, backend, dev, seq_len=task.seq_len)  # now with the length: can the scores fit?
+    if reason:
+        raise RunSetupError(reason)
     splits = {name: task.load(name) for name in SPLITS}
     trainer = build_trainer(config, task, backend, dev, cpu_amp=cpu_amp)
     feeds = place_splits(splits, task, dev, config["train"]["data_placement"])
@@ -92,7 +118,7 @@ def train(
     else:
         state = RunState()
         _init_from(trainer.model, config["train"]["init_from"])
-        payload = {"config": config, "backend": backend, "config_hash": chash}
+        payload = {"config": config, "backend": backend, "config_hash": chash, "world_size": dist.world_size()}
         run_dir = rundir.on_main(rundir.create, config, backend, payload, **where)
     parts = {"task": task, "splits": splits, "feeds": feeds, "trainer": trainer, "run_dir": run_dir, "state": state}
     run = _Run(config, backend, **parts, on_eval=on_eval)

@@ -6,6 +6,12 @@ RUNS_ROOT/TASK/BACKEND-PRESET-sSEED-YYYYmmdd-HHMMSS under $LRA_RUNS (default ~/.
 runs writes into the checkout). A directory belongs to one run: a new run creates its default directory exclusively
 (a second run started in the same second gets a `-2` suffix) and claims `config.json` exclusively in an --out folder.
 
+A run directory is owned by one process at a time: the process training it holds an flock on its `run.lock` (which
+names the holder: pid, host, start time), taken before the first checkpoint and held until `train()` returns. The
+kernel drops the lock when the holder dies, however it dies, so a killed run never leaves a stale lock; a second
+`--resume` of a held directory is refused naming the holder. `--resume` also checks that the command defines the
+same run as `config.json`: the backend, the world size and every setting of the config hash.
+
 Every write goes through `RunDir.writing`, which turns a full disk or an unwritable folder into a one-line
 RunSetupError naming the file and saying whether the previous checkpoint is intact (it always is: writes are atomic).
 """
@@ -22,15 +28,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from lra.core import locks
 from lra.core.atomic import atomic_open, write_json
 from lra.core.errors import RunSetupError
+from lra.core.hashing import flat_settings
 from lra.train import distributed as dist
 from lra.train.checkpoint import BEST, LAST, save_checkpoint
+from lra.train.config import config_hash, outcome_config
 
 T = TypeVar("T")
-CONFIG, METRICS, SUMMARY = "config.json", "metrics.jsonl", "summary.json"
+CONFIG, METRICS, SUMMARY, LOCK = "config.json", "metrics.jsonl", "summary.json", "run.lock"
 DISK_FULL = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up"}
 NOT_WRITABLE = {errno.EACCES: "permission denied", errno.EPERM: "permission denied", errno.EROFS: "read-only disk"}
+_HELD: dict[Path, int] = {}  # run directory -> the descriptor of its lock, for the run directories this process owns
 
 
 def default_runs_root() -> Path:
@@ -109,6 +119,32 @@ class RunDir:
         with self.writing(self.path / SUMMARY):
             write_json(self.path / SUMMARY, summary)
 
+    def hold(self) -> None:
+        """Own this directory (its `run.lock`) until `release_all`; held by another process: a RunSetupError naming
+        the holder."""
+        lock = self.path / LOCK
+        if self.path in _HELD:
+            return
+        with self.writing(lock):
+            fd = locks.try_lock(lock, "lra run")
+        if fd is None:
+            raise RunSetupError(
+                f"{self.path} is in use by {locks.holder(lock)}: one process trains a run directory at a time; wait "
+                "for it to end (or stop it), then run the same command again"
+            )
+        _HELD[self.path] = fd
+
+    def in_use(self) -> str | None:
+        """Who else owns this directory now, in words, or None."""
+        lock = self.path / LOCK
+        return locks.holder(lock) if self.path not in _HELD and locks.is_locked(lock) else None
+
+
+def release_all() -> None:
+    """Give up every run directory this process owns (`RunDir.hold`)."""
+    while _HELD:
+        os.close(_HELD.popitem()[1])
+
 
 def _taken(path: Path) -> str:
     if (path / SUMMARY).is_file():
@@ -148,6 +184,7 @@ def create(config: dict[str, Any], backend: str, payload: dict[str, Any], *, out
     if out_dir is not None:
         run = RunDir(Path(out_dir))
         run.claim(payload)
+        run.hold()
         return run
     parent = Path(runs_root or default_runs_root()) / config["task"]
     base = parent / (run_prefix(config, backend) + start_stamp())
@@ -161,21 +198,40 @@ def create(config: dict[str, Any], backend: str, payload: dict[str, Any], *, out
                 continue
             run = RunDir(path)
             run.claim(payload)
+            run.hold()
             return run
     raise RunSetupError(f"{parent}: no free run directory name for {base.name}; remove old runs")
 
 
-def find_resumable(config: dict[str, Any], backend: str, *, out_dir=None, runs_root=None) -> RunDir:
-    """The run `--resume` continues: `out_dir`, or the newest unfinished one of the same task, backend, preset and
-    seed under `runs_root`. A finished run is refused (it would be tested and recorded twice)."""
+def find_resumable(
+    config: dict[str, Any], backend: str, *, out_dir=None, runs_root=None, world_size: int = 1
+) -> RunDir:
+    """The run `--resume` continues, owned by this process (`RunDir.hold`): `out_dir`, or the newest unfinished one
+    of the same task, backend, preset and seed under `runs_root`. A finished run is refused (it would be tested and
+    recorded twice), and so is one started with other settings (`check_same_run`)."""
     if out_dir is not None:
         run = RunDir(Path(out_dir))
-        if run.finished:
-            raise RunSetupError(f"--resume: {run.path} is finished ({SUMMARY} is there); nothing to resume")
-        if not run.last.is_file():
-            raise RunSetupError(f"--resume: {run.path} has no checkpoint ({LAST}); start without --resume")
-        return run
-    root = Path(runs_root or default_runs_root())
+        _check_resumable(run)
+    else:
+        run = _newest_unfinished(config, backend, Path(runs_root or default_runs_root()))
+    run.hold()
+    try:
+        _check_resumable(run)  # again, now that it is ours: the holder before us may have finished it
+        check_same_run(run, config, backend, world_size)
+    except RunSetupError:
+        release_all()
+        raise
+    return run
+
+
+def _check_resumable(run: RunDir) -> None:
+    if run.finished:
+        raise RunSetupError(f"--resume: {run.path} is finished ({SUMMARY} is there); nothing to resume")
+    if not run.last.is_file():
+        raise RunSetupError(f"--resume: {run.path} has no checkpoint ({LAST}); start without --resume")
+
+
+def _newest_unfinished(config: dict[str, Any], backend: str, root: Path) -> RunDir:
     prefix = run_prefix(config, backend)
     runs = sorted((root / config["task"]).glob(prefix + "*"), key=_order(prefix), reverse=True)
     for path in runs:
@@ -188,6 +244,32 @@ def find_resumable(config: dict[str, Any], backend: str, *, out_dir=None, runs_r
     raise RunSetupError(
         f"--resume: no unfinished run of {what} under {root}{note}; start one without --resume, or name it with --out"
     )
+
+
+def check_same_run(run: RunDir, config: dict[str, Any], backend: str, world_size: int) -> None:
+    """Refuse to resume `run` with settings other than those it started with (its config.json): the backend, the
+    number of processes and every setting of the config hash; speed-only settings (train.compile, ...) may change."""
+    try:
+        with open(run.path / CONFIG, encoding="utf-8") as f:
+            started = json.load(f)
+    except (OSError, ValueError):
+        return  # no readable config.json (a run from before it existed): the checkpoint's hash is checked on load
+    diffs = []
+    if started.get("backend") not in (None, backend):
+        diffs.append(f"--attn {started['backend']} (now {backend})")
+    if started.get("world_size") not in (None, world_size):
+        diffs.append(f"--nproc {started['world_size']} (now {world_size})")
+    if isinstance(started.get("config"), dict) and config_hash(started["config"]) != config_hash(config):
+        then, now = flat_settings(outcome_config(started["config"])), flat_settings(outcome_config(config))
+        for key in sorted(set(then) | set(now)):
+            if then.get(key) != now.get(key):
+                diffs.append(f"{key}={then.get(key, '(unset)')} (now {now.get(key, '(unset)')})")
+    if diffs:
+        shown = ", ".join(diffs[:6]) + (f", +{len(diffs) - 6} more" if len(diffs) > 6 else "")
+        raise RunSetupError(
+            f"--resume: {run.path} was started with other settings: {shown}; resume with the settings it started "
+            "with (see its config.json), or start a new run without --resume"
+        )
 
 
 def on_main(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -25,12 +25,13 @@ from lra.train.schedules import SCHEDULES
 class Setting:
     """One setting's type: kind is int, float, bool, str, path, enum or list (of `item`, `length` long if set).
 
-    `low`/`high` bound numbers (`high_open`: the upper bound itself is excluded); `optional` allows null."""
+    `low`/`high` bound numbers (`low_open`/`high_open`: the bound itself is excluded); `optional` allows null."""
 
     kind: str
     low: float | None = None
     high: float | None = None
     high_open: bool = False
+    low_open: bool = False
     choices: tuple[str, ...] = ()
     optional: bool = False
     item: Setting | None = None
@@ -55,7 +56,7 @@ class Setting:
         if self.low is not None and self.high is not None:
             return f" in [{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
         if self.low is not None:
-            return f" >= {self.low:g}"
+            return f" {'>' if self.low_open else '>='} {self.low:g}"
         return ""
 
     def check(self, key: str, value: Any) -> Any:
@@ -89,7 +90,8 @@ class Setting:
                 return False, value
             value = int(value)
         too_high = self.high is not None and (value >= self.high if self.high_open else value > self.high)
-        return not ((self.low is not None and value < self.low) or too_high), value
+        too_low = self.low is not None and (value <= self.low if self.low_open else value < self.low)
+        return not (too_low or too_high), value
 
 
 POSITIVE_INT = Setting("int", low=1)
@@ -113,7 +115,7 @@ MODEL_SETTINGS: dict[str, Setting] = {
 TRAIN_SETTINGS: dict[str, Setting] = {
     "batch_size": POSITIVE_INT,
     "steps": POSITIVE_INT,
-    "lr": Setting("float", low=0),
+    "lr": Setting("float", low=0, low_open=True),  # lr 0 trains nothing: a typo, never a run
     "schedule": Setting("enum", choices=SCHEDULES),  # onecycle also sets beta1: train.betas[0] is then ignored
     "warmup": COUNT,
     "weight_decay": Setting("float", low=0),

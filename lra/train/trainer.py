@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from attention_impls import why_cannot_run
+from attention_impls.registry import scores_too_big
 from lra.core.errors import is_oom
 from lra.core.progress import console
 from lra.model import build_model, padding_flags
@@ -211,10 +212,16 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])
 
 
-def cannot_run(config: dict[str, Any], backend: str, device: torch.device) -> str | None:
-    """Why `backend` cannot train `config` on `device` (a message saying what would work), or None."""
+def cannot_run(config: dict[str, Any], backend: str, device: torch.device, seq_len: int | None = None) -> str | None:
+    """Why `backend` cannot train `config` on `device` (a message saying what would work), or None. With the task's
+    `seq_len`, also whether a backend that builds the N x N scores can hold them (`scores_too_big`)."""
     m = config["model"]
-    return why_cannot_run(backend, device, None, head_dim_of(config), dropout=m["attention_dropout"])
+    reason = why_cannot_run(backend, device, None, head_dim_of(config), dropout=m["attention_dropout"])
+    if reason or seq_len is None:
+        return reason
+    batch = max(1, config["train"]["batch_size"] // dist.world_size())
+    lower = "train.batch_size or data.max_length"
+    return scores_too_big(backend, batch=batch, heads=m["heads"], seq_len=seq_len, device=device, lower=lower)
 
 
 def build_trainer(

@@ -1,0 +1,58 @@
+"""Ownership locks: an exclusive flock on a file that names its holder (pid, host, since when).
+
+The kernel drops an flock when the last descriptor of it closes, so a lock dies with its holder however the holder
+dies (kill -9 included) and never needs cleaning up. A holder may hand its descriptor to a child process, which then
+keeps the lock as long as it lives (the sweep does this with each `lra run` it starts).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+
+def try_lock(path: str | os.PathLike[str], what: str) -> int | None:
+    """A descriptor holding an exclusive flock on `path` (created if needed), with this process written into it as
+    its holder (`what`: the command, e.g. 'lra run'); None when another process holds it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    since = time.strftime("%Y-%m-%d %H:%M:%S")
+    holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": since, "what": what}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+    return fd
+
+
+def holder(path: str | os.PathLike[str]) -> str:
+    """Who holds the lock on `path`, in words: 'lra run (pid 123 on host, since 2026-12-03 08:10:00)'."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            h = json.load(f)
+        return f"{h['what']} (pid {h['pid']} on {h['host']}, since {h['since']})"
+    except (OSError, ValueError, KeyError, TypeError):  # being written this instant, or from an older version
+        return "another process"
+
+
+def is_locked(path: str | os.PathLike[str]) -> bool:
+    """Whether another process holds the lock on `path` now (a missing file is unlocked)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
