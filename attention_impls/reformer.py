@@ -18,8 +18,8 @@ covering the sequence it is exactly softmax attention over the shared-QK scores 
 Cost: O(n_hashes * N * bucket_size) time and memory, plus an O(n_hashes * N log N) sort.
 Padding: padded tokens (key padding and the internal pad up to a multiple of bucket_size) are put in a bucket of
 their own, sorted last, and masked as keys, so they get no weight (exactly). Padded query rows are zero.
-Randomness: rotations are drawn from torch's global RNG on every training call, and from a generator fixed by the
-`hash_seed` buffer in eval (deterministic predictions; saved with the model).
+Randomness: rotations are drawn from torch's global RNG on every training call, and are fixed in eval (drawn at
+construction for the model's length; deterministic predictions, saved with the model; see HashRounds).
 
 Defaults are the FlashAttention recipe's reference code (github.com/mlpen/Nystromformer, LRA/code/
 attention_reformer.py: HuggingFace transformers 3.3.1 LSHSelfAttention under ReformerConfig() defaults but for
@@ -84,6 +84,10 @@ class ReformerAttention(HashRounds):
         if qk not in QK_SOURCES:
             raise ValueError(f"reformer: qk must be one of {', '.join(QK_SOURCES)}, got {qk!r}")
         self.qk = qk
+        c = min(self.bucket_size, self.seq_len)
+        self.init_eval_noise(
+            self.heads * self.n_hashes * self.head_dim * (self.buckets_for(ceil_div(self.seq_len, c)) // 2)
+        )
 
     def buckets_for(self, n_chunks: int) -> int:
         """Number of hash buckets for a sequence of `n_chunks` chunks: 2 per chunk rounded down to a power of two
@@ -97,9 +101,8 @@ class ReformerAttention(HashRounds):
         b, h, n, d = x.shape
         if n_buckets == 1:
             return torch.zeros(b, h, self.n_hashes, n, dtype=torch.long, device=x.device)
-        gen = self.hash_generator(x.device)
         with torch.no_grad(), fp32_region(x.device):
-            rot = torch.randn(h, self.n_hashes, d, n_buckets // 2, generator=gen, device=x.device)
+            rot = self.normal((h, self.n_hashes, d, n_buckets // 2), x.device)
             xn = F.normalize(x.detach().to(score_dtype(x.dtype)), dim=-1)
             rotated = torch.einsum("bhnd,hrdk->bhrnk", xn, rot.to(xn.dtype))
             return torch.cat([rotated, -rotated], dim=-1).argmax(dim=-1)

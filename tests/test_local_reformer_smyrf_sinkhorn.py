@@ -452,3 +452,25 @@ def test_sinkhorn_refuses_longer_sequence_than_built_for():
     q, k, v = rand_qkv(1, 80, 16, dtype=torch.float32, grad=False)
     with pytest.raises(ValueError, match="seq_len >= 80"):
         attn(q, k, v)
+
+
+@pytest.mark.parametrize("name", ["reformer", "smyrf"])
+def test_hashed_backends_compile_whole_in_training_and_eval(name):
+    """torch.compile(fullgraph=True) traces a training and an evaluation call (the eval hashes are a buffer drawn at
+    construction, not a seeded generator, which cannot be traced), and each equals the eager call with the same
+    randomness: the fixed eval hashes, and in training the same global-RNG draws."""
+    n = 80
+    attn = build(name, n, **SMALL[name])
+    q, k, v = rand_qkv(2, n, 16, dtype=torch.float32, grad=False)
+    mask = right_padded_mask([n, 50], n)
+    for training in (True, False):
+        attn.train(training)
+        compiled = torch.compile(attn, fullgraph=True, backend="aot_eager")
+        torch.manual_seed(3)
+        want = attn(q, k, v, mask)
+        torch.manual_seed(3)
+        got = compiled(q, k, v, mask)
+        assert rel_err(got.double(), want.double()) < 1e-6, ("train" if training else "eval", rel_err(got, want))
+        torch._dynamo.reset()
+    eval_out = attn.eval()(q, k, v, mask)
+    assert torch.equal(attn(q, k, v, mask), eval_out), "evaluation hashes must be fixed"
