@@ -474,3 +474,12 @@ def test_hashed_backends_compile_whole_in_training_and_eval(name):
         torch._dynamo.reset()
     eval_out = attn.eval()(q, k, v, mask)
     assert torch.equal(attn(q, k, v, mask), eval_out), "evaluation hashes must be fixed"
+
+
+def test_reformer_default_buckets_follow_the_reference_rule():
+    """HuggingFace's LSHSelfAttention._set_num_buckets, evaluated by hand: 2 x chunks rounded down to a power of
+    two (2 x 16 chunks -> 32; 2 x 31 = 62 -> 32; 2 x 32 -> 64); one chunk attends to itself whole: one bucket."""
+    attn = build("reformer", 2048)
+    assert attn.bucket_size == 64 and attn.n_hashes == 2
+    assert [attn.buckets_for(c) for c in (1, 2, 3, 16, 31, 32, 63)] == [1, 4, 4, 32, 32, 64, 64]
+    assert attn.eval_normal.numel() == H * 2 * 16 * (64 // 2)  # the eval rotations at the model's 32 chunks
