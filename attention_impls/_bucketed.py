@@ -8,6 +8,8 @@ log-normalisers, with hashes drawn reproducibly.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from attention_impls.masking import masked_softmax_lse, zero_padded_outputs
@@ -80,8 +82,11 @@ class HashRounds(AttentionBackend):
     """Base of the backends that attend within hash groups over `n_hashes` rounds (reformer, smyrf).
 
     Randomness: the hashes come from torch's global RNG on every training call (reproducible under
-    torch.manual_seed), and from a generator fixed by the `hash_seed` buffer in eval, so a trained model's
-    predictions are deterministic (the seed is saved with the model).
+    torch.manual_seed). In eval they are fixed, so a trained model's predictions are deterministic: the standard
+    normals of the `eval_normal` buffer, drawn once at construction (a subclass sizes it for the model's length with
+    `init_eval_noise`) and saved with the model. A buffer, not a seeded generator, because torch.compile cannot trace
+    the creation of a generator: an evaluation reading the buffer compiles like the training step. An input longer
+    than the model's, needing more numbers, draws them from a generator seeded by the `hash_seed` buffer (eagerly).
     """
 
     def __init__(self, *args, n_hashes: int = 2, **kwargs):
@@ -90,13 +95,21 @@ class HashRounds(AttentionBackend):
         # drawn from torch's global RNG, so construction under torch.manual_seed is reproducible
         self.register_buffer("hash_seed", torch.randint(0, 2**62, (), dtype=torch.int64))
 
-    def hash_generator(self, device: torch.device) -> torch.Generator | None:
-        """Where this call's hash randomness comes from: the global RNG in training (None), `hash_seed` in eval."""
+    def init_eval_noise(self, count: int) -> None:
+        """Draw the `count` standard normals an evaluation at the model's length reads (call at the end of __init__)."""
+        self.register_buffer("eval_normal", torch.randn(count))
+
+    def normal(self, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+        """Standard normals of `shape` for this call's hashes: fresh from the global RNG in training; in eval the
+        leading numbers of `eval_normal` (a generator seeded by `hash_seed` if the input needs more)."""
         if self.training:
-            return None
+            return torch.randn(shape, device=device)
+        count = math.prod(shape)
+        if count <= self.eval_normal.numel():
+            return self.eval_normal[:count].reshape(shape).to(device)
         gen = torch.Generator(device=device)
         gen.manual_seed(int(self.hash_seed))
-        return gen
+        return torch.randn(shape, generator=gen, device=device)
 
     def attend_groups(
         self,

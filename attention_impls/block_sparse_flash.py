@@ -154,6 +154,8 @@ class BigBirdBlocks(BlockSparseFlash):
     Differs from the token-level original: global attention is whole leading blocks (the original's ITC globals are
     also blocks of 64, so this matches it), random blocks are drawn once per layout (seeded) rather than per layer, and
     the window is block-quantised (a query attends its whole neighbouring blocks, not a token-centred window).
+    Source: the LRA repo's lra_benchmarks/models/bigbird/bigbird_attention.py, block_size=64, num_rand_blocks=3
+    (bigbird.py never overrides them), attention dropout applied (as here).
     """
 
     default_layout = [{"local": {"width": 3}}, {"global": {"blocks": 2}}, {"random": {"blocks": 3}}]
@@ -167,7 +169,9 @@ class LongformerBlocks(BlockSparseFlash):
 
     Differs from the token-level original: the window is block-quantised (each query sees its block and two blocks
     either side, so between 256 and 384 tokens to each side instead of exactly w/2), and global attention covers the
-    whole first block (128 tokens, CLS included) instead of chosen single tokens.
+    whole first block (128 tokens, CLS included) instead of chosen single tokens. Source: the LRA repo's
+    lra_benchmarks/models/longformer/longformer.py, sliding_window_size=512 (so +-256) and global_mask=None (no
+    global tokens there: `layout: [{local: {width: 5}}]` drops the global block), attention dropout applied (as here).
     """
 
     default_layout = [{"local": {"width": 5}}, {"global": {"blocks": 1}}]
@@ -179,7 +183,11 @@ class SparseTransformerBlocks(BlockSparseFlash):
     4th key block column (the summary columns), on the block-sparse kernel.
 
     Differs from the token-level original: the fixed pattern's "same chunk" attention becomes a sliding band of blocks,
-    and its last-c-positions summary cells become whole summary blocks; no causal masking (LRA is bidirectional).
+    and its last-c-positions summary cells become whole summary blocks; no causal masking. Source: the LRA repo's
+    lra_benchmarks/models/sparse_transformer/sparse_attention.py, Fixed1Pattern(block_size=128) (same block) and
+    Fixed2Pattern(block_size=128, c=32) (the last 32 columns of every 128), attention dropout applied (as here); its
+    _build_mask ANDs every fixed pattern with the lower triangle, so LRA's Sparse Transformer row is causal even on
+    its bidirectional tasks.
     """
 
     default_layout = [{"local": {"width": 3}}, {"strided": {"stride": 4}}]

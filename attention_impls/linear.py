@@ -10,9 +10,17 @@ in spirit (a different, smoother similarity), not numerically; no scale is appli
 `scale` argument is ignored).
 
 Padding: padded keys get phi(k) = 0 (selected, so a NaN in padding stays out), so they are excluded exactly from
-both sums. Padded query rows and rows with no real key are zero. There is no attention matrix, so there is no
-attention dropout (capabilities.dropout is False: a run asking for it is refused). The sums run in fp32 (fp64 for
-fp64 inputs) with autocast off: the denominator is a long sum of positives.
+both sums. Padded query rows and rows with no real key are zero. The sums run in fp32 (fp64 for fp64 inputs) with
+autocast off: the denominator is a long sum of positives.
+
+Sources. The method has no hyperparameters beyond `eps` (1e-6: LRA's linear_attention.py, linear_attention(eps=1e-6),
+also the normalisation_eps of the FlashAttention authors' HazyResearch/fly src/models/attention/linear_attention.py).
+There is no attention matrix, so there is no attention dropout, and none of the reference codes applies one: LRA's
+lra_benchmarks/models/linear_transformer/linear_attention.py deletes its dropout_rate ("TODO: figure out how to apply
+attention dropout"), and mlpen/Nystromformer LRA/code/attention_linear.py (the FlashAttention recipe's code) has
+none. A run asking for it trains without it and says so (capabilities.dropout_reference; the record's
+attention_dropout_applied: false). Deviation kept: that Nystromformer file computes phi(Q) (phi(K)^T V) / sqrt(N)
+with no normaliser (N the padded length); this is the normalised form of the paper, LRA and fly.
 """
 
 from __future__ import annotations
@@ -28,7 +36,12 @@ from attention_impls.registry import AttentionBackend, Capabilities, register_ba
 class LinearAttention(AttentionBackend):
     """Linear Transformer attention, elu(x)+1 features, non-causal. Option: `eps` (denominator guard, 1e-6)."""
 
-    capabilities = Capabilities(exact=False, dropout=False, notes="Katharopoulos et al. 2020; O(N d^2)")
+    capabilities = Capabilities(
+        exact=False,
+        dropout=False,
+        dropout_reference="LRA linear_attention.py deletes dropout_rate; mlpen/Nystromformer attention_linear.py",
+        notes="Katharopoulos et al. 2020; O(N d^2)",
+    )
 
     def __init__(self, *args, eps: float = 1e-6, **kwargs):
         super().__init__(*args, **kwargs)

@@ -8,7 +8,17 @@ which approximates softmax attention by a rank-k one (the paper's argument: the 
 rank). Cost O(N k d) time and O(N k) memory per head instead of O(N^2). E and F are shared across heads (the paper's
 headwise sharing); `share_kv` makes F = E (the paper's key-value sharing; LRA's Linformer shares one kernel).
 
-Options: `k` (256, the LRA setting; k >= N is allowed, it just saves nothing), `share_kv` (True, as in LRA).
+Options: `k` (k >= N is allowed, it just saves nothing), `share_kv`, `drop_attention` (apply model.attention_dropout
+to the N x k probabilities). Defaults are the FlashAttention recipe's reference code (github.com/mlpen/Nystromformer,
+LRA/code/): k 256 from lra_config.py's "linformer-256" entry of every task (linformer_k); share_kv True
+(attention_linformer.py lines 25-26 project K and V by the same E); drop_attention False (attention_linformer.py
+lines 24-35 apply no attention dropout, unlike its SoftmaxAttention in attention.py line 20), so a run asking for
+attention dropout trains without it and says so (the record's attention_dropout_applied: false). The LRA repo's
+Linformer applies it (linformer_attention.py passes dropout_rate to dot_product_attention) with k = 16 (its
+low_rank_features default, which linformer.py never overrides): `attention: {linformer: {k: 16, drop_attention:
+true}}`. Deviations kept: that reference has one E per head (num_head, k, seq_len), shared by all layers (a class
+attribute), initialised N(0, 0.02^2); here one E per layer shared by the heads (the paper's headwise sharing),
+initialised N(0, 1/seq_len) (LRA's lecun-normal; 0.022 at 2,048 tokens).
 The projections are N wide, so the backend is built for the model's full padded length `seq_len`
 (capabilities.fixed_seq_len); a shorter input uses the first N columns (the same as zero-padding it), a longer one is
 an error. E and F start as LRA's lecun-normal kernels, N(0, 1/seq_len).
@@ -18,7 +28,7 @@ Padding (an approximation, unlike softmax masking): padded keys and values are r
 tokens, so they cannot be masked: every projected row keeps a softmax weight, a short sequence's projected keys are sums
 over fewer tokens (smaller, differently normalised rows than a full one's), and a projected row made only of padding
 still scores 0 rather than -inf. LRA's own Linformer ignores the padding mask altogether. Padded query rows and rows
-with no real key are zero. Attention dropout applies to the (N x k) probabilities during training.
+with no real key are zero.
 """
 
 from __future__ import annotations
@@ -32,12 +42,21 @@ from attention_impls.registry import AttentionBackend, Capabilities, register_ba
 
 @register_backend("linformer")
 class LinformerAttention(AttentionBackend):
-    """Linformer: K and V projected along the sequence to k rows. Options: k=256, share_kv=True."""
+    """Linformer: K and V projected along the sequence to k rows. Options: k=256, share_kv=True,
+    drop_attention=False."""
 
-    capabilities = Capabilities(exact=False, fixed_seq_len=True, notes="Wang et al. 2020; O(N k d)")
+    capabilities = Capabilities(
+        exact=False,
+        fixed_seq_len=True,
+        dropout_reference="mlpen/Nystromformer LRA/code/attention_linformer.py; drop_attention=true applies it",
+        notes="Wang et al. 2020; O(N k d); attention dropout off by default (drop_attention)",
+    )
 
-    def __init__(self, *args, k: int = 256, share_kv: bool = True, **kwargs):
+    def __init__(self, *args, k: int = 256, share_kv: bool = True, drop_attention: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
+        self.drop_attention = bool(drop_attention)
+        if not self.drop_attention:
+            self.dropout = 0.0  # as the reference code (see the module docstring)
         if k < 1:
             raise ValueError(f"linformer k (projected length) must be >= 1, got {k}")
         self.k = int(k)
@@ -63,4 +82,4 @@ class LinformerAttention(AttentionBackend):
         return self.softmax_attend(scores, v_proj, key_padding_mask, mask_keys=False)  # projected keys: no padding
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + f", k={self.k}, share_kv={self.share_kv}"
+        return super().extra_repr() + f", k={self.k}, share_kv={self.share_kv}, drop_attention={self.drop_attention}"

@@ -11,9 +11,13 @@ authors' code): Z <- Z (13 I - A Z (15 I - A Z (7 I - A Z))) / 4 from Z0 = A^T /
 time and O(N m) memory per head (plus O(m^3) per iteration), instead of O(N^2). With as many landmarks as tokens the
 three kernels are all S, and the result is S pinv(S) S V = S V (up to the iteration's convergence).
 
-Options: `num_landmarks` m (64, LRA-style; clamped to N), `pinv_iterations` (6; more for a tighter inverse),
-`conv_kernel_size` (None = off; the authors' LRA runs used 35): a depthwise convolution over the sequence of V per
-head, added to the output as a skip connection (odd sizes only, so it stays centred).
+Options: `num_landmarks` m (clamped to N), `pinv_iterations`, `conv_kernel_size` (None = off): a depthwise
+convolution over the sequence of V per head, added to the output as a skip connection (odd sizes only, so it stays
+centred). Defaults are the authors' LRA code (github.com/mlpen/Nystromformer, LRA/code/): num_landmarks 64 and
+conv_kernel_size 35 from lra_config.py's "nystrom-64" entry of every task (the README's model for its LRA runs);
+pinv_iterations 6 from attention_nystrom.py, iterative_inv(n_iter=6). Z0 there is A^T / max column sum over the
+batch (init_option "original"); here A^T / (||A||_1 ||A||_inf) per matrix, the same for row-stochastic A up to the
+max taken per matrix.
 
 Padding and landmarks: segments split each row's real tokens into m near-equal contiguous runs (token of rank r out
 of L real ones goes to segment floor(r m / L)), so landmarks are means of real tokens only and any N works, odd or
@@ -24,7 +28,8 @@ in softmax(Q~ K^T) and the convolution sees zeroed padded values, so padded keys
 rows with no real key are zero; padded positions are replaced by zeros on entry (a selection, so a NaN there stays
 out of the landmark means). The whole computation runs in fp32 (fp64 for fp64 inputs) with autocast off: the
 pseudo-inverse iteration is fragile in low precision. There is no N x N matrix to drop, so there is no attention
-dropout (the authors' code has none either; capabilities.dropout is False, so a run asking for it is refused).
+dropout, and the authors' code applies none (attention_nystrom.py, NystromAttention.forward): a run asking for it
+trains without it and says so (capabilities.dropout_reference; the record's attention_dropout_applied: false).
 """
 
 from __future__ import annotations
@@ -68,12 +73,17 @@ def segment_means_matrix(real: torch.Tensor, num_segments: int, dtype: torch.dty
 
 @register_backend("nystrom")
 class NystromAttention(AttentionBackend):
-    """Nystromformer attention. Options: num_landmarks=64, pinv_iterations=6, conv_kernel_size=None (off)."""
+    """Nystromformer attention. Options: num_landmarks=64, pinv_iterations=6, conv_kernel_size=35 (None: off)."""
 
-    capabilities = Capabilities(exact=False, dropout=False, notes="Xiong et al. 2021; O(N m d)")
+    capabilities = Capabilities(
+        exact=False,
+        dropout=False,
+        dropout_reference="mlpen/Nystromformer LRA/code/attention_nystrom.py has none",
+        notes="Xiong et al. 2021; O(N m d)",
+    )
 
     def __init__(
-        self, *args, num_landmarks: int = 64, pinv_iterations: int = 6, conv_kernel_size: int | None = None, **kwargs
+        self, *args, num_landmarks: int = 64, pinv_iterations: int = 6, conv_kernel_size: int | None = 35, **kwargs
     ):
         super().__init__(*args, **kwargs)
         if num_landmarks < 1:

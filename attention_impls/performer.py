@@ -13,20 +13,36 @@ torch's Householder QR the uncorrected estimate is biased (measured at d=8: its 
 64K, against 1% with the fix).
 
 Numerical stabiliser (as in the authors' code): the query features subtract each row's max of W x', the key features
-the max over all real keys and features of that (batch, head); both constants cancel in the ratio. A small eps (1e-6,
-times 1/sqrt(m)) is added to every feature so denominators stay positive. Features and sums run in fp32 (fp64 for
-fp64 inputs) with autocast off.
+the max over all real keys and features of that (batch, head); both constants cancel in the ratio. A small eps is
+added to every feature before the 1/sqrt(m) (performer_pytorch's softmax_kernel: ratio * (exp(...) + eps)), so
+denominators stay positive. Features and sums run in fp32 (fp64 for fp64 inputs) with autocast off.
 
-Options: `nb_features` m (256, the LRA setting); `ortho` (True); `redraw_every` n: draw fresh features at the start
-of every n-th training forward call, counting from the first (LRA's Performer redraws on every call, so 1;
-performer-pytorch uses 1000; 0 = never: keep the features drawn at construction); `kernel`: 'softmax' (FAVOR+) or
-'relu' (the "generalized attention" phi(x) = relu(W x) + 1e-3 that LRA's Performer runs used). Features come from
-torch's global CPU RNG and live in a buffer (saved in checkpoints), so runs repeat under torch.manual_seed and eval
-is deterministic.
+Options: `nb_features` m; `ortho`; `redraw_every` n: draw fresh features at the start of every n-th training forward
+call, counting from the first (0 = never: keep the features drawn at construction); `kernel`: 'softmax' (FAVOR+) or
+'relu' (the "generalized attention" phi(x) = relu(W x) + 1e-3); `eps`. Features come from torch's global CPU RNG and
+live in a buffer (saved in checkpoints), so runs repeat under torch.manual_seed and eval is deterministic.
+
+Defaults are the FlashAttention recipe's reference code (github.com/mlpen/Nystromformer, LRA/code/):
+- nb_features 256: lra_config.py, every task's "performer-256" entry, rp_dim 256.
+- kernel 'softmax': attention_performer.py line 15 builds performer_pytorch's FastAttention with kernel_fn=nn.ReLU()
+  but leaves generalized_attention at its default False, so FastAttention.forward runs softmax_kernel (FAVOR+) and
+  ignores kernel_fn (performer_pytorch 0.14 to 1.1, performer_pytorch.py, class FastAttention); the config's
+  kernel_type "relu" never takes effect.
+- ortho True with Gaussian row norms: FastAttention's gaussian_orthogonal_random_matrix, ortho_scaling=0.
+- redraw_every 0: FastAttention draws its projection once in __init__ (a buffer); only performer_pytorch's Performer
+  wrapper redraws (feature_redraw_interval), and the reference calls FastAttention directly. (LRA's own
+  make_fast_softmax_attention redraws on every call: redraw_every=1.)
+- eps 1e-4: softmax_kernel(eps=1e-4). (LRA's numerical_stabilizer is 1e-6.)
+Deviations kept: the reference divides q and k by d^(1/4) before softmax_kernel divides them by d^(1/4) again, so it
+estimates exp(q.k / d), not exp(q.k / sqrt(d)) (a constant factor the learned projections absorb; here `scale`,
+default 1/sqrt(d)); the key stabiliser there is the max over the whole batch (a constant that cancels); and padded keys
+there are zeroed before the feature map, so they keep eps-sized features in the denominator (here: none).
 
 Padding: padded keys get phi(k) = 0 and are left out of the key stabiliser, so they get no weight at all. Padded
-query rows and rows with no real key are zero. There is no attention matrix, so there is no attention dropout
-(capabilities.dropout is False: a run asking for it is refused).
+query rows and rows with no real key are zero. There is no attention matrix, so there is no attention dropout: the
+reference code applies none (attention_performer.py lines 19-23; nor does LRA's performer_attention.py, which takes
+dropout_rate and never uses it), so a run asking for it trains without it and says so (capabilities.dropout_reference;
+the record's attention_dropout_applied: false).
 """
 
 from __future__ import annotations
@@ -60,17 +76,24 @@ def gaussian_features(
 
 @register_backend("performer")
 class PerformerAttention(AttentionBackend):
-    """FAVOR+ random-feature attention. Options: nb_features=256, ortho=True, redraw_every=1, kernel='softmax'."""
+    """FAVOR+ random-feature attention. Options: nb_features=256, ortho=True, redraw_every=0, kernel='softmax',
+    eps=None (1e-4 for softmax, 1e-3 for relu)."""
 
-    capabilities = Capabilities(exact=False, dropout=False, notes="Choromanski et al. 2020; O(N m d)")
+    capabilities = Capabilities(
+        exact=False,
+        dropout=False,
+        dropout_reference="mlpen/Nystromformer LRA/code/attention_performer.py: performer_pytorch FastAttention",
+        notes="Choromanski et al. 2020; O(N m d)",
+    )
 
     def __init__(
         self,
         *args,
         nb_features: int = 256,
         ortho: bool = True,
-        redraw_every: int = 1,
+        redraw_every: int = 0,
         kernel: str = "softmax",
+        eps: float | None = None,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
@@ -84,7 +107,9 @@ class PerformerAttention(AttentionBackend):
         self.ortho = bool(ortho)
         self.redraw_every = int(redraw_every)
         self.kernel = kernel
-        self.eps = 1e-6 if kernel == "softmax" else 1e-3
+        self.eps = float(eps) if eps is not None else (1e-4 if kernel == "softmax" else 1e-3)
+        if not self.eps > 0:
+            raise ValueError(f"performer eps must be positive (it keeps denominators positive), got {eps}")
         self.training_calls = 0  # saved through get_extra_state
         self.register_buffer("features", gaussian_features(self.nb_features, self.head_dim, self.ortho))
 
@@ -136,5 +161,5 @@ class PerformerAttention(AttentionBackend):
     def extra_repr(self) -> str:
         return (
             super().extra_repr() + f", nb_features={self.nb_features}, ortho={self.ortho}, "
-            f"redraw_every={self.redraw_every}, kernel={self.kernel}"
+            f"redraw_every={self.redraw_every}, kernel={self.kernel}, eps={self.eps}"
         )

@@ -4,9 +4,9 @@ What it computes, per head and per round of hashing (n_hashes rounds):
 1. Shared QK. Reformer ties the query and key projections; a token's key is its normalised query. The model gives
    this backend separate q and k, so the shared vector is x = (q + k) / 2 (option qk='mean'): that is one linear
    projection of the input, W_QK = (W_Q + W_K) / 2, so the layer is exactly a shared-QK layer and both projections
-   learn. qk='query' uses q alone and ignores k (as the LRA repo's Reformer does).
+   learn. qk='query' uses q alone and ignores k (as the reference codes do, below).
 2. Hash: random rotation R (d x n_buckets/2, Gaussian), bucket = argmax([x R ; -x R]) of the normalised x (angular
-   LSH). n_buckets = number of chunks (N / bucket_size), rounded up to an even count, unless set.
+   LSH). n_buckets, unless set: 2 x the number of chunks rounded down to a power of two (as below).
 3. Sort tokens by (bucket, position), cut the sorted order into chunks of bucket_size, and let each chunk attend to
    itself and to the previous chunk (circularly), scores x_i . (x_j / |x_j|) * scale. A token does not attend to
    itself unless it has no other key (then it attends only to itself). Option causal adds j <= i.
@@ -18,8 +18,22 @@ covering the sequence it is exactly softmax attention over the shared-QK scores 
 Cost: O(n_hashes * N * bucket_size) time and memory, plus an O(n_hashes * N log N) sort.
 Padding: padded tokens (key padding and the internal pad up to a multiple of bucket_size) are put in a bucket of
 their own, sorted last, and masked as keys, so they get no weight (exactly). Padded query rows are zero.
-Randomness: rotations are drawn from torch's global RNG on every training call, and from a generator fixed by the
-`hash_seed` buffer in eval (deterministic predictions; saved with the model).
+Randomness: rotations are drawn from torch's global RNG on every training call, and are fixed in eval (drawn at
+construction for the model's length; deterministic predictions, saved with the model; see HashRounds).
+
+Defaults are the FlashAttention recipe's reference code (github.com/mlpen/Nystromformer, LRA/code/
+attention_reformer.py: HuggingFace transformers 3.3.1 LSHSelfAttention under ReformerConfig() defaults but for
+num_hashes): n_hashes 2 (lra_config.py's "reformer-2" entry, num_hash 2); bucket_size 64 (lsh_attn_chunk_length=64);
+own chunk and the previous one (lsh_num_chunks_before=1, lsh_num_chunks_after=0); n_buckets
+2 ** ((2 * N // 64).bit_length() - 1) (LSHSelfAttention._set_num_buckets; its factorisation above
+2 * max(sqrt(max_len / 64), 64) = 128 buckets never happens at LRA lengths); shared QK from the query projection
+(line 18 ties query_key's weight to W_q's, W_k unused: qk='query'; the default 'mean' is the same function class, one
+linear map, and keeps every projection in use, which DistributedDataParallel requires); no attention dropout
+(lsh_attention_probs_dropout_prob=0.0), so `drop_attention` is False and a run asking for attention dropout trains
+without it and says so (the record's attention_dropout_applied: false). The LRA repo's reformer_attention.py
+applies none either (ReformerSelfAttention takes dropout_rate and never uses it).
+Deviation kept: that reference computes the whole layer in fp32 (attention.py lines 72-74); here the hashing runs in
+fp32 and the scores in the autocast dtype.
 """
 
 from __future__ import annotations
@@ -37,21 +51,29 @@ QK_SOURCES = ("mean", "query")
 
 @register_backend("reformer")
 class ReformerAttention(HashRounds):
-    """LSH attention (shared QK). Options: n_hashes (2), bucket_size (32), n_buckets (None: N / bucket_size),
-    causal (False), qk ('mean' or 'query')."""
+    """LSH attention (shared QK). Options: n_hashes (2), bucket_size (64), n_buckets (None: 2 N / bucket_size to a
+    power of two), causal (False), qk ('mean' or 'query'), drop_attention (False)."""
 
-    capabilities = Capabilities(exact=False, notes="LSH buckets, shared QK; O(n_hashes * N * bucket_size)")
+    capabilities = Capabilities(
+        exact=False,
+        dropout_reference="HF LSHSelfAttention, lsh_attention_probs_dropout_prob 0.0; drop_attention=true applies it",
+        notes="LSH buckets, shared QK; O(n_hashes * N * bucket_size); attention dropout off by default",
+    )
 
     def __init__(
         self,
         *args,
-        bucket_size: int = 32,
+        bucket_size: int = 64,
         n_buckets: int | None = None,
         causal: bool = False,
         qk: str = "mean",
+        drop_attention: bool = False,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
+        self.drop_attention = bool(drop_attention)
+        if not self.drop_attention:
+            self.dropout = 0.0  # as the reference code (see the module docstring)
         self.bucket_size = check_positive_int("bucket_size", bucket_size, "reformer")
         if n_buckets is not None:
             check_positive_int("n_buckets", n_buckets, "reformer")
@@ -62,21 +84,25 @@ class ReformerAttention(HashRounds):
         if qk not in QK_SOURCES:
             raise ValueError(f"reformer: qk must be one of {', '.join(QK_SOURCES)}, got {qk!r}")
         self.qk = qk
+        c = min(self.bucket_size, self.seq_len)
+        self.init_eval_noise(
+            self.heads * self.n_hashes * self.head_dim * (self.buckets_for(ceil_div(self.seq_len, c)) // 2)
+        )
 
     def buckets_for(self, n_chunks: int) -> int:
-        """Number of hash buckets for a sequence of `n_chunks` chunks: about one bucket per chunk, even."""
+        """Number of hash buckets for a sequence of `n_chunks` chunks: 2 per chunk rounded down to a power of two
+        (HuggingFace's _set_num_buckets), one for a single chunk (which attends to all of itself anyway)."""
         if self.n_buckets is not None:
             return self.n_buckets
-        return 1 if n_chunks == 1 else n_chunks + n_chunks % 2
+        return 1 if n_chunks == 1 else 2 ** ((2 * n_chunks).bit_length() - 1)
 
     def hash(self, x: torch.Tensor, n_buckets: int) -> torch.Tensor:
         """Angular LSH buckets (batch, heads, n_hashes, N) of the vectors x (batch, heads, N, d)."""
         b, h, n, d = x.shape
         if n_buckets == 1:
             return torch.zeros(b, h, self.n_hashes, n, dtype=torch.long, device=x.device)
-        gen = self.hash_generator(x.device)
         with torch.no_grad(), fp32_region(x.device):
-            rot = torch.randn(h, self.n_hashes, d, n_buckets // 2, generator=gen, device=x.device)
+            rot = self.normal((h, self.n_hashes, d, n_buckets // 2), x.device)
             xn = F.normalize(x.detach().to(score_dtype(x.dtype)), dim=-1)
             rotated = torch.einsum("bhnd,hrdk->bhrnk", xn, rot.to(xn.dtype))
             return torch.cat([rotated, -rotated], dim=-1).argmax(dim=-1)
@@ -131,5 +157,5 @@ class ReformerAttention(HashRounds):
     def extra_repr(self) -> str:
         return (
             f"{super().extra_repr()}, n_hashes={self.n_hashes}, bucket_size={self.bucket_size}, "
-            f"n_buckets={self.n_buckets}, causal={self.causal}, qk={self.qk}"
+            f"n_buckets={self.n_buckets}, causal={self.causal}, qk={self.qk}, drop_attention={self.drop_attention}"
         )

@@ -41,7 +41,11 @@ class Capabilities:
     max_head_dim: int | None = None
     fixed_seq_len: bool = False  # parameters depend on the sequence length (Linformer)
     triton: bool = False  # a Triton kernel: on CPU it runs only under TRITON_INTERPRET=1
-    dropout: bool = True  # applies attention dropout; False: refused for p > 0 (why_cannot_run, build_attention)
+    dropout: bool = True  # applies attention dropout (the model's model.attention_dropout) in training
+    # Where a backend applies no attention dropout because its reference code applies none: that code (file, lines).
+    # A run asking for attention dropout then trains without it and says so (the record's attention_dropout_applied:
+    # false); with `dropout` False and this empty, such a run is refused up front (why_cannot_run, build_attention).
+    dropout_reference: str = ""
     exact_on_mask: bool = False  # exact softmax attention over the pairs of its `token_mask` (block layouts, windows)
     scores_matrix: bool = False  # builds the whole (batch, heads, N, N) score matrix (see `scores_too_big`)
     notes: str = ""  # one line for `lra list`
@@ -54,7 +58,7 @@ class Capabilities:
         if self.exact_on_mask:
             parts.append("exact on its mask")
         if not self.dropout:
-            parts.append("no attention dropout")
+            parts.append("no attention dropout" + (" (as its reference code)" if self.dropout_reference else ""))
         if self.fixed_seq_len:
             parts.append("fixed seq len")
         if self.triton:
@@ -92,8 +96,25 @@ class AttentionBackend(nn.Module):
         self.heads = heads
         self.head_dim = head_dim
         self.seq_len = seq_len
-        self.dropout = float(dropout)
+        self.dropout_asked = float(dropout)  # model.attention_dropout
+        # What the backend applies: the asked p, or none where it has none (capabilities.dropout False). A backend
+        # whose reference code applies none by choice sets it to 0 itself (an option; see linformer, reformer).
+        self.dropout = self.dropout_asked if self.capabilities.dropout else 0.0
         self.scale = float(scale) if scale is not None else head_dim**-0.5
+
+    @property
+    def dropout_skipped(self) -> bool:
+        """True when attention dropout was asked for (p > 0) and this backend applies none."""
+        return self.dropout_asked > 0 and self.dropout == 0
+
+    def dropout_note(self) -> str | None:
+        """One line saying that the asked attention dropout is not applied and why, or None when it is applied."""
+        if not self.dropout_skipped:
+            return None
+        return (
+            f"attention dropout {self.dropout_asked:g} (model.attention_dropout) is not applied: {self.name!r} applies "
+            f"none, as its reference code does ({self.capabilities.dropout_reference or 'none given'})"
+        )
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None = None
@@ -164,7 +185,8 @@ def build_attention(
     options: dict[str, Any] | None = None,
 ) -> AttentionBackend:
     """Build the backend `name` for a model shape; unknown options fail with the valid ones, and attention dropout
-    asked of a backend that has none fails rather than being ignored."""
+    asked of a backend that has none and no reference code without it fails rather than being ignored (see
+    `Capabilities.dropout_reference` for the backends that train without it, as their reference code does)."""
     refusal = dropout_refusal(name, dropout)
     if refusal:
         raise ConfigError(refusal)
@@ -176,15 +198,33 @@ def triton_interpreting() -> bool:
 
 
 def dropout_refusal(name: str, dropout: float | None) -> str | None:
-    """Why backend `name` cannot train with attention dropout `dropout` (and what would), or None if it can."""
+    """Why backend `name` cannot train with attention dropout `dropout` (and what would), or None if it can.
+
+    The one rule: a backend that applies attention dropout, or applies none as its reference code does
+    (`Capabilities.dropout_reference`; it trains without, and the run says so), can; any other is refused."""
     caps = BACKENDS.get(name).capabilities
-    if not dropout or caps.dropout:
+    if not dropout or caps.dropout or caps.dropout_reference:
         return None
     peers = [n for n, c in BACKENDS.items() if c.capabilities.dropout and c.capabilities.exact == caps.exact]
     return (
         f"{name!r} has no attention dropout, but attention dropout {dropout} was asked for (model.attention_dropout); "
         f"train it with --set model.attention_dropout=0, or use a backend with attention dropout: " + ", ".join(peers)
     )
+
+
+def dropout_applied(module: nn.Module) -> bool | None:
+    """Whether the attention backends inside `module` (a model) apply the attention dropout they were built with:
+    None when none was asked for (p = 0), False when one of them applies none (see AttentionBackend.dropout_note)."""
+    backends = [m for m in module.modules() if isinstance(m, AttentionBackend)]
+    if not any(b.dropout_asked > 0 for b in backends):
+        return None
+    return not any(b.dropout_skipped for b in backends)
+
+
+def dropout_notes(module: nn.Module) -> list[str]:
+    """The distinct `dropout_note` lines of the attention backends inside `module` (one per backend kind)."""
+    notes = [m.dropout_note() for m in module.modules() if isinstance(m, AttentionBackend)]
+    return list(dict.fromkeys(n for n in notes if n))
 
 
 def why_cannot_run(

@@ -21,6 +21,13 @@ Cost: O(N * block_size) for the attention plus O(N * nb * d) = O(N^2 d / block_s
 O(nb^2) for the Sinkhorn iterations. The sorting network's output width is the number of blocks of `seq_len`, so
 the model's sequence length is fixed at construction (shorter sequences use the first columns).
 Gumbel noise and the SortCut variant of the paper are not implemented.
+
+Sources. Only the LRA paper has a Sinkhorn row; the LRA repo's lra_benchmarks/models/sinkhorn_transformer/ applies
+attention dropout (sinkhorn_attention.py, the dropout of its attention weights), as here. Its defaults differ from
+the paper's settings used here (block_size 64, 8 Sinkhorn iterations, temperature 0.75): sinkhorn_transformer.py
+uses block_size=50, and sinkhorn_attention.py sort_activation='softmax' (a row softmax over the blocks, no Sinkhorn
+iterations) with max_num_blocks=25. `attention: {sinkhorn: {block_size: 50}}` gives its block size; its softmax
+sorting has no setting here.
 """
 
 from __future__ import annotations

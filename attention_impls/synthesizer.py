@@ -17,6 +17,11 @@ Options: `variant` ('dense' or 'random'; dense by default), `hidden` (the dense 
 LRA's dense synthesizer), `trainable` (random variant: learn R, default True). Padding is exact: the logits of padded
 keys are -inf before the softmax. Padded query rows and rows with no real key are zero. Attention dropout applies to
 the probabilities during training.
+
+Sources. Only the LRA paper has a Synthesizer row; the LRA repo's lra_benchmarks/models/synthesizer/
+synthesizer_attention.py applies attention dropout, as here. Its encoder (synthesizer.py) defaults to
+synthesizer_mode='random' with ignore_dot_product=False: a learned random matrix added to the dot-product logits
+(R + Q K^T / sqrt(d)), which neither variant here computes; `dense` is the paper's Dense Synthesizer.
 """
 
 from __future__ import annotations

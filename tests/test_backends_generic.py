@@ -4,7 +4,7 @@ Exact backends must equal the fp64 reference (output and gradients, with padding
 mask must equal it under that mask; approximate ones must keep the shapes, stay finite with padding (a fully padded
 row included), pass gradients to q, k, v and their own parameters, and learn (one optimiser step lowers a loss).
 Every backend keeps NaN and inf in padded positions out of its output and of the gradients of the real positions, and
-declares its attention dropout truthfully (a backend without it refuses p > 0 up front).
+declares its attention dropout truthfully (applied, skipped as its reference code does and said, or refused).
 """
 
 from __future__ import annotations
@@ -185,13 +185,14 @@ def test_nan_or_inf_in_padding_stays_out_of_outputs_and_gradients(name):
 
 
 @pytest.mark.parametrize("name", cpu_backends())
-def test_attention_dropout_is_applied_or_refused_up_front(name):
-    """`capabilities.dropout` is the truth: a backend with it builds with p > 0 (and dropout changes its training
-    output); one without it is refused by why_cannot_run and build_attention, with the fix in the message."""
+def test_attention_dropout_is_applied_skipped_as_the_reference_or_refused(name):
+    """Each backend either applies attention dropout (it changes the training output), applies none as its reference
+    code does (it builds with p > 0, trains as with p = 0 and says so in dropout_note), or, with neither, is refused
+    by why_cannot_run and build_attention with the fix in the message."""
     caps = BACKENDS.get(name).capabilities
     reason = why_cannot_run(name, "cpu", None, D, dropout=0.1)
     assert why_cannot_run(name, "cpu", None, D, dropout=0.0) == why_cannot_run(name, "cpu", None, D)
-    if not caps.dropout:
+    if not caps.dropout and not caps.dropout_reference:
         refusal = dropout_refusal(name, 0.1)
         assert refusal is not None and "model.attention_dropout=0" in refusal and "no attention dropout" in refusal
         assert reason is not None and dropout_refusal(name, 0.0) is None
@@ -203,12 +204,18 @@ def test_attention_dropout_is_applied_or_refused_up_front(name):
         pytest.skip(reason)
     q, k, v = inputs(torch.float32, requires_grad=False)
     mask = right_padded_mask([N, 20], N)
-    outs = []
+    outs, built = [], []
     for p in (0.0, 0.5):
         torch.manual_seed(0)  # the same parameters, features and hash seeds for both
         attn = build_attention(name, heads=H, head_dim=D, seq_len=N, dropout=p).train()
         torch.manual_seed(1)  # the same training-time hashes or features
         outs.append(attn(q, k, v, mask))
+        built.append(attn)
+    if built[1].dropout_skipped:
+        assert caps.dropout_reference and "is not applied" in built[1].dropout_note()
+        assert torch.equal(outs[0], outs[1]), "a backend that applies no attention dropout changed with p"
+        return
+    assert built[1].dropout_note() is None
     assert not torch.equal(outs[0], outs[1]), "attention dropout had no effect in training"
 
 

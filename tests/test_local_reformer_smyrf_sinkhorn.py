@@ -362,7 +362,10 @@ class LargestTensor(TorchDispatchMode):
 def test_no_n_by_n_intermediate(name):
     """Forward and backward at N = 2048 never create a tensor of N^2 / 8 elements (naive does: the probe works)."""
     n = 2048
-    options = {"local": {"window": 64, "mode": "sliding"}}.get(name, {})
+    # reformer: its default 2N / bucket_size hash buckets make the hash's N x n_buckets scores grow as N^2 / bucket
+    # (as in the paper and HuggingFace's code), so the attention's O(N) is shown with the bucket count fixed
+    options = {"local": {"window": 64, "mode": "sliding"}, "reformer": {"bucket_size": 32, "n_buckets": 32}}
+    options = options.get(name, {})
     attn = build_attention(name, heads=1, head_dim=8, seq_len=n, options=options)
     q, k, v = (torch.randn(1, 1, n, 8, requires_grad=True) for _ in range(3))
     mask = right_padded_mask([n - 5], n)
@@ -449,3 +452,34 @@ def test_sinkhorn_refuses_longer_sequence_than_built_for():
     q, k, v = rand_qkv(1, 80, 16, dtype=torch.float32, grad=False)
     with pytest.raises(ValueError, match="seq_len >= 80"):
         attn(q, k, v)
+
+
+@pytest.mark.parametrize("name", ["reformer", "smyrf"])
+def test_hashed_backends_compile_whole_in_training_and_eval(name):
+    """torch.compile(fullgraph=True) traces a training and an evaluation call (the eval hashes are a buffer drawn at
+    construction, not a seeded generator, which cannot be traced), and each equals the eager call with the same
+    randomness: the fixed eval hashes, and in training the same global-RNG draws."""
+    n = 80
+    attn = build(name, n, **SMALL[name])
+    q, k, v = rand_qkv(2, n, 16, dtype=torch.float32, grad=False)
+    mask = right_padded_mask([n, 50], n)
+    for training in (True, False):
+        attn.train(training)
+        compiled = torch.compile(attn, fullgraph=True, backend="aot_eager")
+        torch.manual_seed(3)
+        want = attn(q, k, v, mask)
+        torch.manual_seed(3)
+        got = compiled(q, k, v, mask)
+        assert rel_err(got.double(), want.double()) < 1e-6, ("train" if training else "eval", rel_err(got, want))
+        torch._dynamo.reset()
+    eval_out = attn.eval()(q, k, v, mask)
+    assert torch.equal(attn(q, k, v, mask), eval_out), "evaluation hashes must be fixed"
+
+
+def test_reformer_default_buckets_follow_the_reference_rule():
+    """HuggingFace's LSHSelfAttention._set_num_buckets, evaluated by hand: 2 x chunks rounded down to a power of
+    two (2 x 16 chunks -> 32; 2 x 31 = 62 -> 32; 2 x 32 -> 64); one chunk attends to itself whole: one bucket."""
+    attn = build("reformer", 2048)
+    assert attn.bucket_size == 64 and attn.n_hashes == 2
+    assert [attn.buckets_for(c) for c in (1, 2, 3, 16, 31, 32, 63)] == [1, 4, 4, 32, 32, 64, 64]
+    assert attn.eval_normal.numel() == H * 2 * 16 * (64 // 2)  # the eval rotations at the model's 32 chunks

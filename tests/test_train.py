@@ -294,3 +294,19 @@ def test_scaler_state_round_trips_and_checkpoints_without_it_load(tmp_path):
     unscaled = toy_trainer(tmp_path)
     unscaled.load_state_dict(state)  # a scaled run's checkpoint resumed without scaling ignores the key
     assert unscaled.global_step == 2
+
+
+@pytest.mark.parametrize("backend", ["naive", "performer", "linformer"])
+def test_record_says_whether_attention_dropout_was_applied(tmp_path, backend, capsys):
+    """With model.attention_dropout > 0, naive applies it; performer (no attention matrix) and linformer (its
+    reference code has none) train without it: the summary says attention_dropout_applied false and the run prints
+    one line naming the backend. With p = 0 the field is absent."""
+    steps = ["train.steps=2", "train.eval_every=2"]
+    summary = run(tmp_path, backend, [*steps, "model.attention_dropout=0.1"], out_dir=tmp_path / "p")
+    printed = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
+    applies = backend == "naive"
+    assert summary["attention_dropout_applied"] is applies
+    assert printed.count("is not applied") == (0 if applies else 1)
+    assert applies or f"attention dropout 0.1 (model.attention_dropout) is not applied: {backend!r}" in printed
+    if backend == "performer":
+        assert "attention_dropout_applied" not in run(tmp_path, backend, steps, out_dir=tmp_path / "zero")

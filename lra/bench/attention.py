@@ -186,7 +186,7 @@ def _bench_one(name, n, d, h, b, dt, mode, *, layout, device, options, dropout, 
         attn = build_attention(name, heads=h, head_dim=d, seq_len=n, dropout=dropout, options=opts).to(device)
         attn.train(mode == "fwd_bwd" or dropout > 0)
         row["density"] = float(attn.density(n))
-        row["dropout_effective"] = float(getattr(attn, "effective_dropout", dropout))
+        row["dropout_effective"] = float(getattr(attn, "effective_dropout", attn.dropout))  # 0: applies none
         fn, grads, tensors = _call(attn, b, h, n, d, dt, mode, device)
         if device == "cuda":
             torch.cuda.synchronize()

@@ -31,7 +31,7 @@ from lra.train.compiled import resolve_mode
 from lra.train.config import load_config
 from lra.train.device import resolve_device
 from lra.train.feed import Feed, TrainBatches, place_split
-from lra.train.trainer import Trainer, build_trainer, cannot_run
+from lra.train.trainer import Trainer, build_trainer, cannot_run, dropout_field
 from tasks import build_task
 from tasks.registry import Split, Task
 
@@ -187,6 +187,7 @@ def _measure(cfg, task: Task, feed: Feed, backend: str, dev: torch.device, *, st
         return {
             "status": "ok",
             "compile": trainer.loss.effective(),
+            **dropout_field(trainer.model),
             "metrics": {
                 "ms_per_step": ms,
                 "steps_per_s": sps,

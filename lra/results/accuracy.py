@@ -18,7 +18,7 @@ from lra.results.aggregate import (
     task_order,
 )
 from lra.results.published import LRA_TASKS, PAPERS, Paper, paper_for
-from lra.results.table import Cell, Row, Table, name, num
+from lra.results.table import NO_DROPOUT_NOTE, Cell, Row, Table, dropout_marked, name, num, skips_dropout
 
 PRESET_TITLES = {
     "default": "the LRA configs",
@@ -57,7 +57,8 @@ def _newest_groups(runs: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any
 def acc_cell(recs: list[dict[str, Any]], metric: str = "test_acc") -> Cell:
     """Mean ± std accuracy (%) of one config's seeds, with the records behind it."""
     agg = aggregate(r.get("metrics", {}).get(metric) for r in recs)
-    return num(fmt_agg(agg, scale=100), refs=refs_of(recs), few=agg is not None and agg.few)
+    text = dropout_marked(fmt_agg(agg, scale=100), recs)
+    return num(text, refs=refs_of(recs), few=agg is not None and agg.few)
 
 
 def _lra_avg(means: dict[str, float | None]) -> str:
@@ -93,6 +94,7 @@ def preset_table(runs: list[dict[str, Any]], preset: str, exact: bool = True) ->
         f" {settings}. {SEEDS_NOTE}"
     ]
     notes += [f"Published rows: the {paper.name} ({paper.cite}), trained with this recipe."] if paper else []
+    notes += [NO_DROPOUT_NOTE] if skips_dropout(r for recs in groups.values() for r in recs) else []
     notes += _majority_note(runs)
     title = f"Accuracy, preset {preset}: {PRESET_TITLES.get(preset, 'configs/ as written')}"
     return Table(title, ["backend", *tasks, "LRA avg", "source"], rows, notes, section="accuracy")
@@ -135,4 +137,5 @@ def other_runs_table(runs: list[dict[str, Any]]) -> Table | None:
         )
     header = ["task", "backend", "preset", "config", "differs from configs/", "test acc", "best val acc", "steps"]
     notes = [f"Accuracy (%) of runs whose settings are not those of configs/ now, one row per config. {SEEDS_NOTE}"]
+    notes += [NO_DROPOUT_NOTE] if skips_dropout(runs) else []
     return Table("Runs with other settings", [*header, "source"], rows, notes, section="accuracy")

@@ -22,13 +22,19 @@ from lra.results.aggregate import (
     refs_of,
     task_order,
 )
-from lra.results.published import FLASH_PAPER_SPEEDUP, LRA_TASKS, SPEEDUP_PRESET
-from lra.results.table import Cell, Row, Table, name, num
+from lra.results.published import FLASH_PAPER_SPEEDUP, LRA_TASKS, SPEEDUP_PRESET, paper_for
+from lra.results.table import NO_DROPOUT_NOTE, Cell, Row, Table, dropout_marked, name, num, skips_dropout
 
 SPEED_NOTE = (
     "Training steps/s of each backend over `naive` on the task's config and preset (median of timed steps after"
     " warm-up; `lra bench train`), the speed-up measured beside naive in the same command where it was. OOM = out of"
     " memory. Geometric mean over the five LRA tasks, as in the FlashAttention paper."
+)
+
+
+PAPER_SPEED_NOTE = (
+    "Last column: the FlashAttention paper's Table 3 speed-up of the same attention over its Transformer, averaged"
+    " over the LRA tasks, on an A100 (published); the measured ratios beside it are same-run ratios on this device."
 )
 
 
@@ -123,10 +129,19 @@ def speed_tables(bench: list[dict[str, Any]]) -> list[Table]:
     return tables
 
 
+def _paper_speedup(backend: str) -> str | None:
+    """The FlashAttention paper's Table 3 speed-up of `backend`'s counterpart row (Linformer for `linformer`...)."""
+    paper = paper_for(SPEEDUP_PRESET)
+    model = paper.counterparts.get(backend) if paper else None
+    return f"{FLASH_PAPER_SPEEDUP[model]:.1f}x" if model in FLASH_PAPER_SPEEDUP else None
+
+
 def _block_tables(block: Block) -> list[Table]:
-    """The speed-up and memory tables of one (device, preset) block."""
+    """The speed-up and memory tables of one (device, preset) block; on the paper's recipe each measured row has
+    its counterpart's published speed-up beside its geometric mean."""
     tasks = task_order(block.seq_of)
-    speed_rows, mem_rows = [], []
+    paper = block.preset == SPEEDUP_PRESET
+    speed_rows, mem_rows, beside = [], [], set()
     for backend in sorted({b for _, b in block.chosen}):
         recs = [block.chosen.get((t, backend)) for t in tasks]
         ratios = [block.speedup(t, backend) for t in tasks if t in LRA_TASKS]
@@ -134,15 +149,22 @@ def _block_tables(block: Block) -> list[Table]:
         if len(ratios) == len(LRA_TASKS) and None not in ratios:
             geo = f"{math.exp(sum(math.log(r.mean) for r in ratios) / len(ratios)):.2f}x"
         speed = [_speed_cell(r, block.naive[t]) for r, t in zip(recs, tasks)]
-        speed_rows.append(Row([name(backend), *speed, num(geo)]))
+        published = _paper_speedup(backend) if paper else None
+        beside |= {backend} if published else set()
+        extra = [num(published or "-")] if paper else []
+        speed_rows.append(Row([name(backend), *speed, num(geo), *extra]))
         mem_rows.append(Row([name(backend), *map(_mem_cell, recs)]))
-    if block.preset == SPEEDUP_PRESET:
-        speed_rows += _published_speed_rows(len(tasks))
+    if paper:
+        shown = {paper_for(SPEEDUP_PRESET).counterparts[b] for b in beside}
+        speed_rows += _published_speed_rows(len(tasks), skip=shown)
     where = f"{block.device}, preset {block.preset}" + ("" if block.compile == "none" else f", compile {block.compile}")
     lengths = "Sequence lengths: " + ", ".join(f"{t} {block.seq_of[t]}" for t in tasks) + "."
+    header = ["backend", *tasks, "geo. mean (5 LRA tasks)", *(["FlashAttention paper (A100)"] if paper else [])]
+    notes = [f"{SPEED_NOTE} {lengths}"]
+    notes += [PAPER_SPEED_NOTE] if paper else []
+    notes += [NO_DROPOUT_NOTE] if skips_dropout(r for recs in block.chosen.values() for r in recs) else []
     return [
-        Table(f"Training speed-up over naive ({where})", ["backend", *tasks, "geo. mean (5 LRA tasks)"], speed_rows,
-              [f"{SPEED_NOTE} {lengths}"], section="speed"),
+        Table(f"Training speed-up over naive ({where})", header, speed_rows, notes, section="speed"),
         Table(f"Peak training memory, MB ({where})", ["backend", *tasks], mem_rows,
               [f"Peak CUDA memory of the training step (`lra bench train`). {lengths}"], section="speed"),
     ]  # fmt: skip
@@ -160,10 +182,12 @@ def _speed_cell(recs: list[dict[str, Any]] | None, naive: list[dict[str, Any]]) 
     ratio = aggregate(_speedups(recs, naive))
     sps = aggregate(r["metrics"].get("steps_per_s") for r in recs)
     if ratio is None:
-        return num(f"({sps.mean:.2f}/s)", refs=refs_of(recs))
-    if ratio.n == 1:
-        return num(f"{ratio.mean:.2f}x ({sps.mean:.2f}/s)", refs=refs_of(recs))
-    return num(f"{ratio.mean:.2f} ± {ratio.std:.2f}x ({sps.mean:.2f}/s, n={ratio.n})", refs=refs_of(recs))
+        text = f"({sps.mean:.2f}/s)"
+    elif ratio.n == 1:
+        text = f"{ratio.mean:.2f}x ({sps.mean:.2f}/s)"
+    else:
+        text = f"{ratio.mean:.2f} ± {ratio.std:.2f}x ({sps.mean:.2f}/s, n={ratio.n})"
+    return num(dropout_marked(text, recs), refs=refs_of(recs))
 
 
 def _mem_cell(recs: list[dict[str, Any]] | None) -> Cell:
@@ -178,10 +202,12 @@ def _mem_cell(recs: list[dict[str, Any]] | None) -> Cell:
     return num(text, refs=refs_of(recs))
 
 
-def _published_speed_rows(columns: int) -> list[Row]:
+def _published_speed_rows(columns: int, skip: set[str]) -> list[Row]:
+    """The paper's speed-ups without a measured counterpart row here (those stand beside their row instead)."""
     return [
-        Row([Cell(f"{model} (A100)"), *[Cell("-")] * columns, num(f"{x:.1f}x")], published=True)
+        Row([Cell(f"{model} (A100)"), *[Cell("-")] * columns, Cell("-"), num(f"{x:.1f}x")], published=True)
         for model, x in FLASH_PAPER_SPEEDUP.items()
+        if model not in skip
     ]
 
 

@@ -14,6 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 FEW_MARK = "†"  # appended to a cell aggregated over fewer than MIN_SEEDS seeds
+NO_DROPOUT_MARK = "‡"  # appended to a cell whose runs asked for attention dropout that the backend does not apply
+NO_DROPOUT_NOTE = (
+    f"{NO_DROPOUT_MARK}: attention dropout not applied. The config asks for it (model.attention_dropout), but the"
+    " backend applies none, as its reference code does (the records' attention_dropout_applied: false; see the"
+    " backend's docstring)."
+)
 SECTIONS = {
     "accuracy": "Accuracy",
     "time": "Time to accuracy and learning curves",
@@ -44,6 +50,16 @@ class Cell:
     few: bool = False
     refs: tuple[Ref, ...] = ()
     link: bool = False  # the text itself links to refs[0] (a record file's name)
+
+
+def skips_dropout(records) -> bool:
+    """Whether any of `records` asked for attention dropout that its backend did not apply."""
+    return any(r.get("attention_dropout_applied") is False for r in records)
+
+
+def dropout_marked(text: str, records) -> str:
+    """`text` with NO_DROPOUT_MARK appended when `records` skipped the attention dropout they asked for."""
+    return f"{text} {NO_DROPOUT_MARK}" if skips_dropout(records) else text
 
 
 class Row(list):

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attention_impls.registry import dropout_notes
 from lra.core.environment import environment
 from lra.core.errors import NonFiniteLossError, RunSetupError
 from lra.core.progress import console
@@ -32,7 +33,7 @@ from lra.train.config import config_hash
 from lra.train.device import resolve_device
 from lra.train.display import Throughput, Window, stats_text, train_progress
 from lra.train.feed import Feed, TrainBatches, place_split
-from lra.train.trainer import Trainer, build_trainer, cannot_run
+from lra.train.trainer import Trainer, build_trainer, cannot_run, dropout_field
 from tasks import build_task
 from tasks.registry import SPLITS, Split, Task
 
@@ -196,6 +197,8 @@ class _Run:
         on_device = [name for name, feed in self.feeds.items() if feed.resident]
         data = f"data on the device: {', '.join(on_device)}" if on_device else "data read on the host"
         console.print(f"compile: {self.trainer.loss.mode}; {data}", highlight=False)
+        for note in dropout_notes(self.trainer.model):
+            console.print(f"note: {note}", highlight=False)
         if resumed:
             console.print(f"resuming at step {self.trainer.global_step} of {self.t['steps']}")
 
@@ -328,6 +331,7 @@ class _Run:
             "config": self.config,
             "config_hash": config_hash(self.config),
             "compile": self.trainer.loss.effective(),
+            **dropout_field(self.trainer.model),
             "history": [{k: h[k] for k in ("step", "val_acc", "val_loss", "time")} for h in state.history],
             "run_dir": str(self.dir.path),
             **environment(dev),

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from attention_impls import why_cannot_run
-from attention_impls.registry import scores_too_big
+from attention_impls.registry import dropout_applied, scores_too_big
 from lra.core.errors import is_oom
 from lra.core.progress import console
 from lra.model import build_model, padding_flags
@@ -210,6 +210,13 @@ class Trainer:
         self.global_step = int(state["step"])
         if self.scaler is not None and "scaler" in state:
             self.scaler.load_state_dict(state["scaler"])
+
+
+def dropout_field(model: torch.nn.Module) -> dict[str, bool]:
+    """A record's {"attention_dropout_applied": bool} when the run asked for attention dropout (p > 0): False where
+    its backend applies none, as its reference code does (AttentionBackend.dropout_note); {} when none was asked."""
+    applied = dropout_applied(model)
+    return {} if applied is None else {"attention_dropout_applied": applied}
 
 
 def cannot_run(config: dict[str, Any], backend: str, device: torch.device, seq_len: int | None = None) -> str | None:
