@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from attention_impls import why_cannot_run
+from attention_impls.registry import mask_refusal
 from lra.core.errors import is_oom
 from lra.core.progress import console
 from lra.model import build_model, padding_flags
@@ -25,7 +26,7 @@ from lra.train.config import head_dim_of
 from lra.train.device import autocast_dtype, wants_loss_scaling
 from lra.train.feed import Feed, HostSplit
 from lra.train.schedules import beta1_at, lr_factor
-from tasks.registry import Split, Task
+from tasks.registry import TASKS, Split, Task
 
 EVAL_BATCH_FACTOR = 4  # train.eval_batch_size null: this many training batches per evaluation batch
 
@@ -214,7 +215,8 @@ class Trainer:
 def cannot_run(config: dict[str, Any], backend: str, device: torch.device) -> str | None:
     """Why `backend` cannot train `config` on `device` (a message saying what would work), or None."""
     m = config["model"]
-    return why_cannot_run(backend, device, None, head_dim_of(config), dropout=m["attention_dropout"])
+    reason = why_cannot_run(backend, device, None, head_dim_of(config), dropout=m["attention_dropout"])
+    return reason or mask_refusal(backend, TASKS.get(config["task"]).pads_inside(config["data"]))
 
 
 def build_trainer(
