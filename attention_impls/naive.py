@@ -15,7 +15,7 @@ from attention_impls.registry import AttentionBackend, Capabilities, register_ba
 class NaiveAttention(AttentionBackend):
     """Exact attention, materialised. Options: `scale` (default 1/sqrt(head_dim))."""
 
-    capabilities = Capabilities(scores_matrix=True, notes="the reference; O(N^2) memory")
+    capabilities = Capabilities(scores_matrix=True, any_key_mask=True, notes="the reference; O(N^2) memory")
 
     def forward(self, q, k, v, key_padding_mask=None):
         q, k, v = zero_padded_inputs(q, k, v, key_padding_mask)

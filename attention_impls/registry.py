@@ -48,6 +48,7 @@ class Capabilities:
     dropout_reference: str = ""
     exact_on_mask: bool = False  # exact softmax attention over the pairs of its `token_mask` (block layouts, windows)
     scores_matrix: bool = False  # builds the whole (batch, heads, N, N) score matrix (see `scores_too_big`)
+    any_key_mask: bool = False  # takes padding anywhere in a row; False: right-padded masks only (see mask_refusal)
     notes: str = ""  # one line for `lra list`
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -195,6 +196,17 @@ def build_attention(
 
 def triton_interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def mask_refusal(name: str, pads_inside: bool) -> str | None:
+    """Why backend `name` cannot train data whose padding sits between real tokens (`pads_inside`), or None."""
+    if not pads_inside or BACKENDS.get(name).capabilities.any_key_mask:
+        return None
+    peers = [n for n, c in BACKENDS.items() if c.capabilities.any_key_mask]
+    return (
+        f"{name!r} is declared for right-padded key masks only, but this run's data has padding inside its "
+        f"sequences (black pixels, say); use a backend that takes any mask: {', '.join(peers)}"
+    )
 
 
 def dropout_refusal(name: str, dropout: float | None) -> str | None:

@@ -69,7 +69,11 @@ class _FusedSDPA(_SDPA):
 
     default_mask_mode = "bias_column"
     capabilities = Capabilities(
-        devices=("cuda",), dtypes=(torch.float16, torch.bfloat16), max_head_dim=256, notes="PyTorch SDPA, pinned"
+        devices=("cuda",),
+        dtypes=(torch.float16, torch.bfloat16),
+        max_head_dim=256,
+        any_key_mask=True,
+        notes="PyTorch SDPA, pinned",
     )
 
 
@@ -93,7 +97,10 @@ class SDPAMemEfficient(_SDPA):
 
     sdp_backend = SDPBackend.EFFICIENT_ATTENTION
     capabilities = Capabilities(
-        devices=("cuda",), dtypes=(torch.float32, torch.float16, torch.bfloat16), notes="PyTorch SDPA, pinned"
+        devices=("cuda",),
+        dtypes=(torch.float32, torch.float16, torch.bfloat16),
+        any_key_mask=True,
+        notes="PyTorch SDPA, pinned",
     )
 
 
@@ -102,4 +109,4 @@ class SDPAMath(_SDPA):
     """SDPA's composite math implementation: runs everywhere, materialises the scores."""
 
     sdp_backend = SDPBackend.MATH
-    capabilities = Capabilities(scores_matrix=True, notes="PyTorch SDPA, pinned")
+    capabilities = Capabilities(scores_matrix=True, any_key_mask=True, notes="PyTorch SDPA, pinned")

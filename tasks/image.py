@@ -4,6 +4,8 @@ Conversion, as LRA's input pipeline does it: `tf.cast(tf.image.rgb_to_grayscale(
 image, i.e. the float32 luma 0.2989 R + 0.5870 G + 0.1140 B of the pixels scaled to [0, 1], scaled back by 255.5
 and truncated to an integer (`lra_grayscale`). Tokens are that value + 1, so a black pixel (0) is not padding: LRA fed
 the raw 0..255 values with vocabulary 256, where black shares id 0 with padding (a known pitfall). Vocabulary: 257.
+`black_padding: true` feeds the raw levels as LRA and Xiong et al.'s code did: black pixels become padding, left out
+of attention and pooling (about 0.2% of the pixels of the shared CIFAR-10 copy); the cache is the same either way.
 
 Splits: 45,000 / 5,000 / 10,000. LRA took TFDS's `train[:90%]` / `train[90%:]` / `test`, i.e. the last 5,000 examples of
 TFDS's train order for validation; that order cannot be reproduced without TFDS, so here `num_val` (5,000) images are
@@ -260,19 +262,34 @@ class ImageTask(CachedTask):
         max_length: int = PIXELS,
         num_val: int = 5000,
         seed: int = 0,
+        black_padding: bool = False,
         **options: Any,
     ) -> None:
         if max_length != PIXELS:
             raise ValueError(f"data setting max_length must be {PIXELS} for image (32x32 pixels), got {max_length!r}")
+        if not isinstance(black_padding, bool):
+            raise ValueError(f"data setting black_padding must be true or false, got {black_padding!r}")
         super().__init__(data_dir, PIXELS, **options)
         self.num_val = check_count("num_val", num_val, 1, allow_none=False)
         self.seed = check_count("seed", seed, 0, allow_none=False)
+        self.black_padding = black_padding
 
     def cache_settings(self) -> dict[str, Any]:
         return {"num_val": self.num_val, "seed": self.seed}
 
     def cache_options(self) -> dict[str, Any]:
         return self.cache_settings()
+
+    @classmethod
+    def pads_inside(cls, data: dict[str, Any]) -> bool:
+        return bool(data.get("black_padding"))
+
+    def load(self, split: str) -> Split:
+        """A split as stored (grey + 1), or with `black_padding` the raw grey levels, black (0) as padding."""
+        data = super().load(split)
+        if not self.black_padding:
+            return data
+        return Split(np.asarray(data.tokens) - 1, data.labels)
 
     def import_into(self, source: str, writer: CacheWriter, workers: int) -> None:
         arrays, entries, kind = self._open(source)

@@ -96,6 +96,12 @@ class Task:
         """The data settings (config keys) that decide what is cached, with this task's values."""
         return {}
 
+    @classmethod
+    def pads_inside(cls, data: dict[str, Any]) -> bool:
+        """Whether, with the data settings `data`, padding (token 0) can sit between real tokens rather than only
+        after them: backends that take only right-padded masks cannot train such data."""
+        return False
+
     def prepare_command(self, source: str | None = None) -> str:
         """The exact `lra data prepare` line that builds this task's cache: `--from source`, a `--set` for every
         cache-deciding setting that differs from its default (the configs' defaults are the constructors'), and

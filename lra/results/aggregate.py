@@ -25,7 +25,7 @@ from lra.core.errors import DataCorruptError
 from lra.core.hashing import flat_settings, stable_hash
 from lra.results.published import LRA_TASKS
 from lra.results.table import FEW_MARK, Ref
-from lra.train.config import SPEED_SETTINGS, with_later_settings
+from lra.train.config import SPEED_SETTINGS, comparable
 
 MIN_SEEDS = 3
 SEEDS_NOTE = (
@@ -37,7 +37,7 @@ SEEDS_NOTE = (
 def seed_free_config(config: dict[str, Any]) -> dict[str, Any]:
     """`config` without `train.seed` and the speed-only settings (compile mode, evaluation batch, data placement):
     what makes two runs seeds of one config. Settings added since a record was stored take the value it ran with."""
-    config = with_later_settings(config)
+    config = comparable(config)
     train = {k: v for k, v in (config.get("train") or {}).items() if k != "seed" and k not in SPEED_SETTINGS}
     return {**config, "train": train}
 

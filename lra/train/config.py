@@ -67,6 +67,10 @@ SPEED_SETTINGS = ("compile", "eval_batch_size", "data_placement")
 # is the same config as a run that sets it to this value (same hash, aggregated together).
 LATER_SETTINGS: dict[str, dict[str, Any]] = {"model": {"embed_std": 1.0}}
 
+# Settings added later that stay out of the hash while they hold this value (what every earlier run did): a config
+# that leaves them there hashes as it did before they existed, so the hashes stored in existing records still match.
+QUIET_DEFAULTS: dict[str, dict[str, Any]] = {"data": {"black_padding": False}}
+
 SECTIONS = ("task", "data", "model", "train", "attention")
 
 
@@ -229,7 +233,7 @@ def head_dim_of(config: dict[str, Any]) -> int:
 
 def outcome_config(config: dict[str, Any]) -> dict[str, Any]:
     """`config` without the train settings that change speed only (SPEED_SETTINGS): what decides the result."""
-    config = with_later_settings(config)
+    config = comparable(config)
     train = {k: v for k, v in config["train"].items() if k not in SPEED_SETTINGS}
     return {**config, "train": train}
 
@@ -240,6 +244,16 @@ def with_later_settings(config: dict[str, Any]) -> dict[str, Any]:
     for section, values in LATER_SETTINGS.items():
         if isinstance(out.get(section), dict):
             out[section] = {**values, **out[section]}
+    return out
+
+
+def comparable(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` as hashes and record comparisons see it: LATER_SETTINGS it lacks filled in, QUIET_DEFAULTS that hold
+    their quiet value left out."""
+    out = with_later_settings(config)
+    for section, values in QUIET_DEFAULTS.items():
+        if isinstance(out.get(section), dict):
+            out[section] = {k: v for k, v in out[section].items() if k not in values or v != values[k]}
     return out
 
 

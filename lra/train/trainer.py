@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from attention_impls import why_cannot_run
-from attention_impls.registry import dropout_applied, scores_too_big
+from attention_impls.registry import dropout_applied, mask_refusal, scores_too_big
 from lra.core.errors import is_oom
 from lra.core.progress import console
 from lra.model import build_model, padding_flags
@@ -26,7 +26,7 @@ from lra.train.config import head_dim_of
 from lra.train.device import autocast_dtype, wants_loss_scaling
 from lra.train.feed import Feed, HostSplit
 from lra.train.schedules import beta1_at, lr_factor
-from tasks.registry import Split, Task
+from tasks.registry import TASKS, Split, Task
 
 EVAL_BATCH_FACTOR = 4  # train.eval_batch_size null: this many training batches per evaluation batch
 
@@ -224,6 +224,7 @@ def cannot_run(config: dict[str, Any], backend: str, device: torch.device, seq_l
     `seq_len`, also whether a backend that builds the N x N scores can hold them (`scores_too_big`)."""
     m = config["model"]
     reason = why_cannot_run(backend, device, None, head_dim_of(config), dropout=m["attention_dropout"])
+    reason = reason or mask_refusal(backend, TASKS.get(config["task"]).pads_inside(config["data"]))
     if reason or seq_len is None:
         return reason
     batch = max(1, config["train"]["batch_size"] // dist.world_size())
