@@ -44,7 +44,7 @@ def test_bad_settings_are_clear_errors(tmp_path, override, message):
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("train.lr=fast", "train.lr = 'fast' is not valid: expected a number >= 0"),
+        ("train.lr=fast", "train.lr = 'fast' is not valid: expected a number > 0"),
         ("model.layers=2.5", "model.layers = 2.5 is not valid: expected an integer >= 1"),
         ("model.dim=abc", "model.dim = 'abc' is not valid: expected an integer >= 1"),
         ("data.num_train=abc", "data.num_train = 'abc' is not valid: expected an integer"),
@@ -69,7 +69,7 @@ def test_typed_settings_name_key_value_and_expected_type(tmp_path, override, mes
 def test_yaml_values_are_checked_like_set_values(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(Path(toy_config_path(tmp_path)).read_text().replace("lr: 0.01", "lr: fast"))
-    with pytest.raises(ConfigError, match="^train.lr = 'fast' is not valid: expected a number >= 0$"):
+    with pytest.raises(ConfigError, match="^train.lr = 'fast' is not valid: expected a number > 0$"):
         load_config(str(path))
 
 
