@@ -86,7 +86,7 @@ def train(
     try:
         run_dir = None
         if resume:
-            run_dir = rundir.on_main(rundir.find_resumable, config, backend, **where, world_size=dist.world_size())
+            run_dir = rundir.on_main(rundir.find_resumable, config, backend, **where)
         return _train(config, backend, run_dir, **opts, cpu_amp=cpu_amp)
     finally:
         rundir.release_all()  # the run directory is ours (RunDir.hold) only while training it

@@ -203,9 +203,7 @@ def create(config: dict[str, Any], backend: str, payload: dict[str, Any], *, out
     raise RunSetupError(f"{parent}: no free run directory name for {base.name}; remove old runs")
 
 
-def find_resumable(
-    config: dict[str, Any], backend: str, *, out_dir=None, runs_root=None, world_size: int = 1
-) -> RunDir:
+def find_resumable(config: dict[str, Any], backend: str, *, out_dir=None, runs_root=None) -> RunDir:
     """The run `--resume` continues, owned by this process (`RunDir.hold`): `out_dir`, or the newest unfinished one
     of the same task, backend, preset and seed under `runs_root`. A finished run is refused (it would be tested and
     recorded twice), and so is one started with other settings (`check_same_run`)."""
@@ -217,7 +215,7 @@ def find_resumable(
     run.hold()
     try:
         _check_resumable(run)  # again, now that it is ours: the holder before us may have finished it
-        check_same_run(run, config, backend, world_size)
+        check_same_run(run, config, backend)
     except RunSetupError:
         release_all()
         raise
@@ -246,9 +244,10 @@ def _newest_unfinished(config: dict[str, Any], backend: str, root: Path) -> RunD
     )
 
 
-def check_same_run(run: RunDir, config: dict[str, Any], backend: str, world_size: int) -> None:
-    """Refuse to resume `run` with settings other than those it started with (its config.json): the backend, the
-    number of processes and every setting of the config hash; speed-only settings (train.compile, ...) may change."""
+def check_same_run(run: RunDir, config: dict[str, Any], backend: str) -> None:
+    """Refuse to resume `run` with settings other than those it started with (its config.json): the backend and every
+    setting of the config hash. Speed-only settings (train.compile, ...) and the number of processes may change: a
+    run resumes across world sizes with the global batch kept (tests/test_distributed.py)."""
     try:
         with open(run.path / CONFIG, encoding="utf-8") as f:
             started = json.load(f)
@@ -257,8 +256,6 @@ def check_same_run(run: RunDir, config: dict[str, Any], backend: str, world_size
     diffs = []
     if started.get("backend") not in (None, backend):
         diffs.append(f"--attn {started['backend']} (now {backend})")
-    if started.get("world_size") not in (None, world_size):
-        diffs.append(f"--nproc {started['world_size']} (now {world_size})")
     if isinstance(started.get("config"), dict) and config_hash(started["config"]) != config_hash(config):
         then, now = flat_settings(outcome_config(started["config"])), flat_settings(outcome_config(config))
         for key in sorted(set(then) | set(now)):
