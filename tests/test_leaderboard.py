@@ -293,7 +293,7 @@ def test_bad_stores_are_clear_errors(tmp_path):
     store.mkdir()
     (store / "broken.json").write_text("{not json")
     with pytest.raises(DataCorruptError, match="broken.json"):
-        write_leaderboard([store], tmp_path / "out", plots=False)
+        write_leaderboard([store], tmp_path / "out", plots=False, strict=True)
     assert not (tmp_path / "out").exists()  # nothing written
     with pytest.raises(ConfigError, match="unknown leaderboard format 'pdf'"):
         write_leaderboard([store], tmp_path, formats="pdf")

@@ -300,7 +300,7 @@ def test_scaler_state_round_trips_and_checkpoints_without_it_load(tmp_path):
 def test_record_says_whether_attention_dropout_was_applied(tmp_path, backend, capsys):
     """With model.attention_dropout > 0, naive applies it; performer (no attention matrix) and linformer (its
     reference code has none) train without it: the summary says attention_dropout_applied false and the run prints
-    one line naming the backend. With p = 0 the field is absent."""
+    one line naming the backend. With p = 0 the field is None (none was asked for)."""
     steps = ["train.steps=2", "train.eval_every=2"]
     summary = run(tmp_path, backend, [*steps, "model.attention_dropout=0.1"], out_dir=tmp_path / "p")
     printed = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
@@ -309,4 +309,4 @@ def test_record_says_whether_attention_dropout_was_applied(tmp_path, backend, ca
     assert printed.count("is not applied") == (0 if applies else 1)
     assert applies or f"attention dropout 0.1 (model.attention_dropout) is not applied: {backend!r}" in printed
     if backend == "performer":
-        assert "attention_dropout_applied" not in run(tmp_path, backend, steps, out_dir=tmp_path / "zero")
+        assert run(tmp_path, backend, steps, out_dir=tmp_path / "zero")["attention_dropout_applied"] is None

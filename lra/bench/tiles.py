@@ -19,9 +19,11 @@ import torch
 from attention_impls.kernels import TILE_OPTIONS, Tiles, default_tiles
 from lra.bench.attention import attention_flops, require_device, time_ms
 from lra.core.dtypes import dtype_name, parse_dtype
+from lra.core.environment import environment
 from lra.core.errors import ConfigError
 from lra.core.pools import run_jobs
 from lra.core.progress import make_progress
+from lra.core.records import bench_tiles_record
 
 # Head dim -> (batch, heads, seq): the shapes the defaults were tuned at (DESIGN.md section 8 or a shorter proxy).
 SHAPES: dict[int, tuple[int, int, int]] = {
@@ -160,7 +162,7 @@ def tune_tiles(
     rep_ms: float = 40.0,
     options: tuple[list[dict[str, int]], list[dict[str, int]]] | None = None,
 ) -> dict[str, Any]:
-    """The tile sweep for each head dim (see module doc): a `bench_tiles` record without the environment fields.
+    """The tile sweep for each head dim (see module doc) as a `bench_tiles` record.
 
     `shape` (batch, heads, seq) replaces SHAPES for every head dim (required for head dims SHAPES lacks);
     `options` (forward, backward option dicts) replaces the candidate grid.
@@ -180,7 +182,7 @@ def tune_tiles(
         ctx = {"dtype": dt, "dropout": dropout, "device": device, "advance": lambda: progress.advance(task),
                "timing": {"warmup_ms": warmup_ms, "rep_ms": rep_ms}}  # fmt: skip
         results = [tune_head_dim(d, shapes[d], work[d], ctx) for d in head_dims]
-    return {"kind": "bench_tiles", "backend": "flash", "dtype": dtype_name(dt), "dropout": dropout, "results": results}
+    return bench_tiles_record(dtype=dtype_name(dt), dropout=dropout, results=results, env=environment(device))
 
 
 def _warm_all(work, shapes, dtype, dropout, jobs) -> None:

@@ -22,16 +22,18 @@ from typing import Any
 import numpy as np
 import torch
 
+from attention_impls.registry import dropout_applied
 from lra.core.environment import environment
 from lra.core.errors import is_oom
 from lra.core.hashing import stable_hash
 from lra.core.progress import make_progress, progress_line
+from lra.core.records import bench_train_record
 from lra.train import distributed as dist
 from lra.train.compiled import resolve_mode
 from lra.train.config import load_config
 from lra.train.device import resolve_device
 from lra.train.feed import Feed, TrainBatches, place_split
-from lra.train.trainer import Trainer, build_trainer, cannot_run, dropout_field
+from lra.train.trainer import Trainer, build_trainer, cannot_run
 from tasks import build_task
 from tasks.registry import Split, Task
 
@@ -103,13 +105,13 @@ def bench_train(
                 for mode in compile_modes or default_modes(cfg, dev):
                     mode_cfg = copy.deepcopy(cfg)
                     mode_cfg["train"]["compile"] = mode
-                    rec = _record(mode_cfg, task, backend, synthetic=synthetic, timed_steps=steps, env=env)
-                    rec["data_on_device"] = feed.resident
                     reason = cannot_run(cfg, backend, dev, seq_len=task.seq_len)
                     if reason:
-                        rec.update(status=f"unsupported: {reason}", metrics={}, compile=_requested(mode, dev))
+                        outcome = _failed(f"unsupported: {reason}", mode, dev)
                     else:
-                        rec.update(_measure(mode_cfg, task, feed, backend, dev, steps=steps, warmup=warmup))
+                        outcome = _measure(mode_cfg, task, feed, backend, dev, steps=steps, warmup=warmup)
+                    setup = _setup(mode_cfg, task, backend, synthetic=synthetic, timed_steps=steps)
+                    rec = bench_train_record(**setup, data_on_device=feed.resident, **outcome, env=env)
                     records.append(rec)
                     if dist.is_main():
                         ms = rec["metrics"].get("ms_per_step")
@@ -120,15 +122,16 @@ def bench_train(
     return records
 
 
-def _requested(mode: str, dev: torch.device) -> dict[str, Any]:
-    return {"mode": resolve_mode(mode, dev), "requested": mode, "fallback": None}
+def _failed(status: str, mode: str, dev: torch.device) -> dict[str, Any]:
+    """The outcome of a step that did not run: its status, no metrics, the compile mode asked for."""
+    compiled = {"mode": resolve_mode(mode, dev), "requested": mode, "fallback": None}
+    return {"status": status, "metrics": {}, "compile": compiled, "attention_dropout_applied": None}
 
 
-def _record(cfg, task: Task, backend: str, *, synthetic: bool, timed_steps: int, env: dict) -> dict[str, Any]:
-    """The record's fields before measuring. Its config_hash covers every setting, the speed-only ones
+def _setup(cfg, task: Task, backend: str, *, synthetic: bool, timed_steps: int) -> dict[str, Any]:
+    """The record's fields known before measuring. Its config_hash covers every setting, the speed-only ones
     (train.compile, data placement) included: for a benchmark they are what decides the result."""
     return {
-        "kind": "bench_train",
         "task": cfg["task"],
         "backend": backend,
         "preset": cfg["preset"],
@@ -139,7 +142,6 @@ def _record(cfg, task: Task, backend: str, *, synthetic: bool, timed_steps: int,
         "timed_steps": timed_steps,
         "world_size": dist.world_size(),
         "data": "synthetic full-length tokens" if synthetic else "task data",
-        **env,
     }
 
 
@@ -167,7 +169,8 @@ def _synthetic_split(task: Task, cfg: dict[str, Any]) -> Split:
 
 
 def _measure(cfg, task: Task, feed: Feed, backend: str, dev: torch.device, *, steps: int, warmup: int) -> dict:
-    """Time `steps` steps after `warmup`; status "ok" with metrics, "oom", or "unsupported: why".
+    """Time `steps` steps after `warmup`: the record's status ("ok" with metrics, "oom", or "unsupported: why"),
+    compile, attention_dropout_applied and metrics.
 
     The first step holds compilation (and CUDA-graph recording follows in the next ones): `compile_s` is the first
     step's time minus a steady step's, `first_step_ms` the first step itself.
@@ -187,7 +190,7 @@ def _measure(cfg, task: Task, feed: Feed, backend: str, dev: torch.device, *, st
         return {
             "status": "ok",
             "compile": trainer.loss.effective(),
-            **dropout_field(trainer.model),
+            "attention_dropout_applied": dropout_applied(trainer.model),
             "metrics": {
                 "ms_per_step": ms,
                 "steps_per_s": sps,
@@ -199,10 +202,10 @@ def _measure(cfg, task: Task, feed: Feed, backend: str, dev: torch.device, *, st
             },
         }
     except (ValueError, NotImplementedError) as e:  # a backend that refuses this config at build or forward time
-        return {"status": f"unsupported: {e}", "metrics": {}, "compile": _requested(t["compile"], dev)}
+        return _failed(f"unsupported: {e}", t["compile"], dev)
     except Exception as e:
         if is_oom(e):
-            return {"status": "oom", "metrics": {}, "compile": _requested(t["compile"], dev)}
+            return _failed("oom", t["compile"], dev)
         raise
     finally:
         if batches is not None:

@@ -105,9 +105,10 @@ def cmd_bench_attention(args) -> int:
     print_table(out, format_attention_table(rows, width=out.width, wide=args.wide), wide=args.wide)
     if not args.no_record:
         from lra.core.environment import environment
+        from lra.core.records import bench_attention_record
 
         env = environment(args.device)
-        _store([{"kind": "bench_attention", **env, **r} for r in rows], args.results)
+        _store([bench_attention_record(**r, env=env) for r in rows], args.results)
     return 0
 
 
@@ -125,9 +126,7 @@ def cmd_bench_tiles(args) -> int:
         fields = ", ".join(f"{k}={v}" for k, v in res["best"].items())
         out.print(f"    {res['head_dim']}: Tiles({fields}),", soft_wrap=True)
     if not args.no_record:
-        from lra.core.environment import environment
-
-        _store([{**environment(args.device), **record}], args.results)
+        _store([record], args.results)
     return 0
 
 

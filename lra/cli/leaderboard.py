@@ -21,6 +21,11 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--format", choices=("md", "html", "both"), default="both", help="LEADERBOARD.md, the HTML page")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse (exit 2) when a store holds an unreadable record (default: skip it with a warning naming it)",
+    )
     p.add_argument("--open", action="store_true", help="print the page's path and open it in a browser if one exists")
     p.set_defaults(func=cmd_leaderboard)
 
@@ -30,7 +35,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     from lra.results.leaderboard import write_leaderboard
 
     formats = ("md", "html") if args.format == "both" else (args.format,)
-    written = write_leaderboard(args.results, args.out, formats, plots=not args.no_plots)
+    written = write_leaderboard(args.results, args.out, formats, plots=not args.no_plots, strict=args.strict)
     for path in written:
         console.print(f"wrote {path}", highlight=False)
     if args.open:

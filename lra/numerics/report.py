@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from lra.core.dtypes import DTYPES
+from lra.core.records import numerics_figure_record, numerics_forward_record
 from lra.numerics.emulation import KNOBS
 from lra.numerics.figures import BASE_FA1, BASE_FA2
 from lra.numerics.forward import ForwardSpec
@@ -98,8 +99,8 @@ def forward_records(rows: list[dict[str, Any]], spec: ForwardSpec, env: dict[str
     for backend, brows in by_backend.items():
         rep = _representative(brows)
         metrics = {"deviation": rep["deviation"], "seq": rep["seq"], "tiles": rep["tiles"], "rows": brows}
-        rec = {"kind": "numerics_forward", **env, "backend": backend, "inputs": spec.inputs}
-        out.append({**rec, "study": spec.settings(), "metrics": metrics})
+        out.append(numerics_forward_record(backend=backend, inputs=spec.inputs, study=spec.settings(),
+                                           metrics=metrics, env=env))  # fmt: skip
     return out
 
 
@@ -192,16 +193,15 @@ def figure_record(result: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]
         metrics["verdicts"] = verdicts(result)
     if result["figure"] == "knobs":
         metrics["drivers"] = drivers(result)
-    return {
-        "kind": "numerics_figure",
-        **env,
-        "figure": result["figure"],
-        "title": result["title"],
-        "inputs": spec.inputs,
-        "study": spec.settings(),
-        "implementations": result["implementations"],
-        "metrics": metrics,
-    }
+    return numerics_figure_record(
+        figure=result["figure"],
+        title=result["title"],
+        inputs=spec.inputs,
+        study=spec.settings(),
+        implementations=result["implementations"],
+        metrics=metrics,
+        env=env,
+    )
 
 
 def figure_table(record: dict[str, Any]):

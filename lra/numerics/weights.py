@@ -33,6 +33,7 @@ import torch
 from attention_impls.registry import why_cannot_run
 from lra.core.atomic import atomic_path
 from lra.core.errors import ConfigError, RunSetupError
+from lra.core.records import numerics_weights_record
 from lra.numerics.backend import implementation
 from lra.numerics.metrics import ratio, slope, weight_distances
 
@@ -236,18 +237,16 @@ def weights_study(
     controls_by_name = {"seeds": f"naive seed {seed} vs {seed + 1}", "fp16": "naive fp32 vs fp16"}
     controls_by_name["bf16"] = "naive fp32 vs bf16"
     ab_pairs = [f"{attn_a} vs {b}" for b in attn_b]
-    return {
-        "kind": "numerics_weights",
-        **environment(dev),
-        "task": config["task"],
-        "backend": ",".join(attn_b),
-        "backend_a": attn_a,
-        "backends_b": list(attn_b),
-        "preset": config["preset"],
-        "steps": config["train"]["steps"],
-        "controls": list(controls),
-        "deterministic": deterministic_runs,
-        "loss_scaling": wants_loss_scaling(dev, torch.float16),
-        "metrics": {"pairs": curves, "ratios": control_ratios(curves, ab_pairs, controls_by_name)},
-        "config": config,
-    }
+    return numerics_weights_record(
+        task=config["task"],
+        backend_a=attn_a,
+        backends_b=list(attn_b),
+        preset=config["preset"],
+        steps=config["train"]["steps"],
+        controls=list(controls),
+        deterministic=deterministic_runs,
+        loss_scaling=wants_loss_scaling(dev, torch.float16),
+        metrics={"pairs": curves, "ratios": control_ratios(curves, ab_pairs, controls_by_name)},
+        config=config,
+        env=environment(dev),
+    )

@@ -11,8 +11,8 @@ from lra.results.table import Cell, Row, Table, name, num
 
 
 def dropout_of(rec: dict[str, Any]) -> float:
-    """The attention dropout a kernel was timed with (records from before the field existed timed p = 0)."""
-    return float(rec.get("dropout") or 0.0)
+    """The attention dropout a kernel was timed with."""
+    return float(rec["dropout"])
 
 
 def attention_key(rec: dict[str, Any]) -> tuple:
@@ -44,6 +44,6 @@ def attention_tables(rows: list[dict[str, Any]]) -> list[Table]:
 def _cell(rec: dict[str, Any] | None) -> Cell:
     if rec is None:
         return Cell("-")
-    if rec.get("status", "ok") != "ok":
+    if rec["status"] != "ok":
         return num(str(rec["status"]).split(":")[0].upper(), refs=refs_of([rec]))
     return num(f"{rec['tflops']:.0f} ({rec['ms']:.2f} ms)", refs=refs_of([rec]))

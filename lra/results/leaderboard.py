@@ -31,7 +31,7 @@ PLOTS_MISSING = "Plots need matplotlib (the plots extra): pip install -e '.[plot
 
 def numerics_table(records: list[dict[str, Any]]) -> Table | None:
     """Deviation at the longest length of each backend's newest study on N(0,1) inputs (outlier studies aside)."""
-    normal = [r for r in records if r.get("inputs", "normal") == "normal"]
+    normal = [r for r in records if r["inputs"] == "normal"]
     latest = {k: newest(v) for k, v in group_by(normal, lambda r: (r["backend"], r.get("device"))).items()}
     if not latest:
         return None
@@ -73,7 +73,7 @@ def build_tables(records: list[dict[str, Any]]) -> list[Table]:
     tables: list[Table | None] = [
         *accuracy_tables(runs),
         *time_to_accuracy_tables(runs),
-        *speed_tables([r for r in bench if r.get("world_size", 1) == 1]),
+        *speed_tables([r for r in bench if r["world_size"] == 1]),
         scaling_table(bench),
         *attention_tables([r for r in records if r.get("kind") == "bench_attention"]),
         numerics_table([r for r in records if r.get("kind") == "numerics_forward"]),
@@ -147,15 +147,27 @@ def linker(out_dir: Path):
     return link
 
 
-def read_stores(stores: list[Path] | None) -> tuple[list[Path], list[dict[str, Any]]]:
-    """The stores to read (the curated and the user's when None) and their records; a named store must exist."""
+def read_stores(stores: list[Path] | None, *, strict: bool = False) -> tuple[list[Path], list[dict[str, Any]]]:
+    """The stores to read (the curated and the user's when None) and their records; a named store must exist. A file
+    that is no readable record is skipped with a warning naming it, or with `strict` a DataCorruptError."""
     if stores is None:
         stores = default_stores()
     else:
         for store in stores:
             if not store.is_dir():
                 raise ConfigError(f"--results {store}: no such results store (a folder of record .json files)")
-    return stores, [rec for store in stores for rec in load_records(store)]
+    skip = None if strict else _warn_unreadable
+    return stores, [rec for store in stores for rec in load_records(store, on_unreadable=skip)]
+
+
+def _warn_unreadable(path: Path, err: Exception) -> None:
+    """The warning for a store file that is no readable record (`err` names it), which the leaderboard leaves out."""
+    from rich.markup import escape
+
+    from lra.core.progress import console
+
+    text = f"[yellow]warning:[/] {escape(str(err))} (skipped; --strict refuses)"
+    console.print(text, highlight=False, soft_wrap=True)
 
 
 def write_leaderboard(
@@ -163,11 +175,14 @@ def write_leaderboard(
     out_dir: str | os.PathLike[str] | None = None,
     formats: str | tuple[str, ...] = ("md", "html"),
     plots: bool = True,
+    strict: bool = False,
 ) -> list[Path]:
     """Write LEADERBOARD.md and/or leaderboard.html (and the plots) from the records in `stores`; the files written.
 
     `stores`: the folders to read, exactly (one or a list); None reads the curated records and the user's store.
     `out_dir`: where to write; default next to the first store named, or the user's store's parent when none is.
+    A file in a store that is no readable record is skipped with a warning naming it; `strict` refuses instead (a
+    DataCorruptError, nothing written).
     """
     if isinstance(stores, (str, os.PathLike)):
         stores = [stores]
@@ -176,7 +191,7 @@ def write_leaderboard(
     unknown = sorted(set(formats) - set(FILES))
     if unknown:
         raise ConfigError(f"unknown leaderboard format {unknown[0]!r}; use {' or '.join(FILES)}")
-    read, records = read_stores(named)
+    read, records = read_stores(named, strict=strict)
     records = _complete(records)
     out = Path(out_dir) if out_dir is not None else (named[0] if named else results_dir()).expanduser().parent
     figures, note = [], None

@@ -32,7 +32,7 @@ def _fmt(x: float | None, spec: str) -> str:
 def reproduction_table(records: list[dict[str, Any]]) -> Table | None:
     """Per implementation: its bf16 ratio to naive at the formats figure's length and at the longest length of the
     length sweep, the verdict and where it rounds (newest record per figure and device, N(0,1) inputs)."""
-    figs = [r for r in records if r.get("kind") == "numerics_figure" and r.get("inputs", "normal") == "normal"]
+    figs = [r for r in records if r.get("kind") == "numerics_figure" and r["inputs"] == "normal"]
     latest = {k: newest(v) for k, v in group_by(figs, lambda r: (r["figure"], r.get("device"))).items()}
     devices = sorted({d for (f, d) in latest if f in ("formats", "length")}, key=str)
     rows = []

@@ -33,7 +33,7 @@ def attention_figures(records: list[dict[str, Any]], plot_dir: Path) -> list[Fig
     """Per (device, dtype, head dim, mode): ms and peak memory against length; dashed lines = with dropout."""
     series: dict[tuple, dict[tuple, list]] = defaultdict(lambda: defaultdict(list))
     for r in records:
-        if r.get("status", "ok") == "ok" and r.get("seq") and r.get("ms") is not None:
+        if r["status"] == "ok" and r.get("seq") and r.get("ms") is not None:
             device, dtype, hd, mode, p = attention_key(r)
             series[(device, dtype, hd, mode)][(r["backend"], p)].append((r["seq"], r["ms"], r.get("peak_mem_mb")))
     figures = []
@@ -54,7 +54,7 @@ def train_length_figures(records: list[dict[str, Any]], plot_dir: Path) -> list[
     """Per task with a `lra bench train --seq` sweep: tokens/s and peak memory against length."""
     series: dict[tuple, dict[tuple, list]] = defaultdict(lambda: defaultdict(list))
     for r in records:
-        if r.get("status", "ok") == "ok" and r.get("seq_len") and r.get("world_size", 1) == 1:
+        if r["status"] == "ok" and r.get("seq_len") and r["world_size"] == 1:
             m = r["metrics"]
             key = (r.get("device"), r["task"])
             series[key][(r["backend"], 0.0)].append((r["seq_len"], m["tokens_per_s"], m.get("peak_mem_mb")))
@@ -107,7 +107,7 @@ def _numerics_plots(records: list[dict[str, Any]], plot_dir: Path) -> list[Path]
     weights: dict[str, dict[str, Any]] = {}
     for r in sorted(records, key=lambda r: (r.get("date", ""), r.get("_file", ""))):
         if r.get("kind") == "numerics_forward":
-            newest[(r.get("device"), r.get("inputs", "normal"), r["backend"])] = r
+            newest[(r.get("device"), r["inputs"], r["backend"])] = r
         elif r.get("kind") == "numerics_weights":
             weights[r["task"]] = r
     studies: dict[tuple, list[dict[str, Any]]] = defaultdict(list)

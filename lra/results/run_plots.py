@@ -25,7 +25,7 @@ def run_figures(records: list[dict[str, Any]], plot_dir: Path) -> list[Figure]:
         mine = [r for r in canonical if r.get("preset", "default") == preset]
         figures.append(accuracy_figure(mine, preset, plot_dir / f"accuracy-{slug(preset)}.png"))
         figures.append(time_to_accuracy_figure(mine, preset, plot_dir / f"time-to-accuracy-{slug(preset)}.png"))
-    bench = [r for r in records if r.get("kind") == "bench_train" and r.get("world_size", 1) == 1]
+    bench = [r for r in records if r.get("kind") == "bench_train" and r["world_size"] == 1]
     for block in speed_blocks(bench):
         mode = "" if block.compile == "none" else f"-compile-{block.compile}"
         path = plot_dir / f"speedup-{slug(block.preset)}{mode}-{slug(block.device)}.png"

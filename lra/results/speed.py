@@ -39,16 +39,15 @@ PAPER_SPEED_NOTE = (
 
 
 def _ok(rec: dict[str, Any]) -> bool:
-    return rec.get("status", "ok") == "ok"
+    return rec["status"] == "ok"
 
 
 def _cell_key(rec: dict[str, Any]) -> tuple:
     """(device, preset, compile mode, task, backend, length): a compiled and an eager step are separate tables."""
-    mode = (rec.get("compile") or {}).get("mode", "none")  # records from before `--compile` timed the eager step
     return (
         rec.get("device"),
         rec.get("preset", "default"),
-        mode,
+        rec["compile"]["mode"],
         rec.get("task"),
         rec.get("backend"),
         rec.get("seq_len"),
@@ -231,8 +230,8 @@ def scaling_table(bench: list[dict[str, Any]]) -> Table | None:
     def key(r):
         return (r.get("task"), r.get("backend"), r.get("seq_len"), r.get("config_hash"), r.get("device"))
 
-    single = {k: newest(v) for k, v in group_by([r for r in ok if r.get("world_size", 1) == 1], key).items()}
-    multi = group_by([r for r in ok if r.get("world_size", 1) > 1], lambda r: (*key(r), r["world_size"]))
+    single = {k: newest(v) for k, v in group_by([r for r in ok if r["world_size"] == 1], key).items()}
+    multi = group_by([r for r in ok if r["world_size"] > 1], lambda r: (*key(r), r["world_size"]))
     rows = []
     for k, recs in sorted(multi.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]), kv[0][5])):
         rec, base = newest(recs), single.get(k[:5])

@@ -4,7 +4,8 @@
 into the checkout; the curated records behind published figures ship in `leaderboard/results/` and are added there
 only on purpose (`--results leaderboard/results`).
 Each record carries what is needed to trace a figure: task, backend, metrics, the resolved config and its hash, the
-git commit, device, library versions and date.
+git commit, device, library versions and date; its shape per kind is `lra.core.records`, whose reader upgrades
+records of older schemas as they are loaded.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from lra.core.environment import REPO_ROOT
 from lra.core.errors import DataCorruptError, DataMissingError, WriteError, write_reason
+from lra.core.records import read_record, upgrade
 
 
 def results_dir() -> Path:
@@ -57,7 +60,7 @@ def save_record(record: dict[str, Any], store: str | os.PathLike[str] | None = N
 
 
 def _write_record(record: dict[str, Any], store: Path) -> Path:
-    stamp = record.get("date", "").replace(":", "").replace("-", "")
+    stamp = str(record.get("date") or "").replace(":", "").replace("-", "")
     seed = (record.get("config") or {}).get("train", {}).get("seed")
     parts = [record.get("kind", "record"), record.get("task"), record.get("backend"), record.get("preset")]
     parts += [f"s{seed}" if seed is not None and record.get("kind") == "run" else None, stamp]
@@ -107,24 +110,29 @@ def store_run(run_dir: str | os.PathLike[str], store: str | os.PathLike[str] | N
         same_run = rec.get("run_dir") and str(Path(rec["run_dir"]).resolve()) == here
         if same_run and rec.get("date") == record.get("date"):
             return Path(rec["_path"]), False
-    return save_record(record, store), True
+    return save_record(upgrade(record, source=str(summary)), store), True
 
 
-def load_records(store: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
-    """Every record in the store, sorted by file name, each with its file name under '_file', its resolved path
-    under '_path' and the store's label (`store_label`) under '_store'. A missing store holds no records."""
+def load_records(
+    store: str | os.PathLike[str] | None = None,
+    *,
+    on_unreadable: Callable[[Path, DataCorruptError], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Every record in the store, sorted by file name and upgraded to the current schema (`read_record`), each with
+    its file name under '_file', its resolved path under '_path' and the store's label (`store_label`) under
+    '_store'. A missing store holds no records. A file that is no readable record is a DataCorruptError naming it,
+    or, with `on_unreadable`, passed to on_unreadable(path, error) and left out."""
     store = Path(store) if store is not None else results_dir()
     label = store_label(store)
     out = []
     for path in sorted(store.glob("*.json")):
         try:
-            with open(path, encoding="utf-8") as f:
-                rec = json.load(f)
-        except (OSError, json.JSONDecodeError) as e:
-            msg = f"results store: {path} is not a readable JSON record ({e}); fix or remove it"
-            raise DataCorruptError(msg) from None
-        if not isinstance(rec, dict):
-            raise DataCorruptError(f"results store: {path} holds a {type(rec).__name__}, not a record; remove it")
+            rec = read_record(path)
+        except DataCorruptError as e:
+            if on_unreadable is None:
+                raise
+            on_unreadable(path, e)
+            continue
         rec.update(_file=path.name, _path=str(path.resolve()), _store=label)
         out.append(rec)
     return out

@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from attention_impls.registry import dropout_notes
+from attention_impls.registry import dropout_applied, dropout_notes
 from lra.core.environment import environment
 from lra.core.errors import NonFiniteLossError, RunSetupError
 from lra.core.progress import console
+from lra.core.records import run_record
 from lra.model import load_init
 from lra.train import distributed as dist
 from lra.train import rundir
@@ -33,7 +34,7 @@ from lra.train.config import config_hash
 from lra.train.device import resolve_device
 from lra.train.display import Throughput, Window, stats_text, train_progress
 from lra.train.feed import Feed, TrainBatches, place_split
-from lra.train.trainer import Trainer, build_trainer, cannot_run, dropout_field
+from lra.train.trainer import Trainer, build_trainer, cannot_run
 from tasks import build_task
 from tasks.registry import SPLITS, Split, Task
 
@@ -319,23 +320,22 @@ class _Run:
             "time_to_acc_s": dict(state.thresholds),
             "majority_acc": majority(self.splits["test"].labels),
         }
-        return {
-            "kind": "run",
-            "task": self.config["task"],
-            "backend": self.backend,
-            "preset": self.config["preset"],
-            "steps": self.trainer.global_step,
-            "seq_len": self.task.seq_len,
-            "world_size": dist.world_size(),
-            "metrics": metrics,
-            "config": self.config,
-            "config_hash": config_hash(self.config),
-            "compile": self.trainer.loss.effective(),
-            **dropout_field(self.trainer.model),
-            "history": [{k: h[k] for k in ("step", "val_acc", "val_loss", "time")} for h in state.history],
-            "run_dir": str(self.dir.path),
-            **environment(dev),
-        }
+        return run_record(
+            task=self.config["task"],
+            backend=self.backend,
+            preset=self.config["preset"],
+            steps=self.trainer.global_step,
+            seq_len=self.task.seq_len,
+            world_size=dist.world_size(),
+            metrics=metrics,
+            config=self.config,
+            config_hash=config_hash(self.config),
+            compile=self.trainer.loss.effective(),
+            attention_dropout_applied=dropout_applied(self.trainer.model),
+            history=[{k: h[k] for k in ("step", "val_acc", "val_loss", "time")} for h in state.history],
+            run_dir=str(self.dir.path),
+            env=environment(dev),
+        )
 
 
 def majority(labels: np.ndarray) -> float:
