@@ -76,7 +76,8 @@ def test_a_run_stopped_on_time_and_resumed_ends_as_an_uninterrupted_one(tmp_path
     budget = TimeBudget(40.0, clock=clock)
     stopped = run(tmp_path, "b", time_budget=budget)
     step = stopped["stopped_at"]
-    assert stopped == {"stopped_at": step, "run_dir": str(tmp_path / "b"), "time_limit_s": 40.0}
+    assert stopped["run_dir"] == str(tmp_path / "b") and stopped["time_limit_s"] == 40.0
+    assert (stopped["session"]["from_step"], stopped["session"]["to_step"]) == (0, step)
     assert 0 < step < 60 and step % 5 == 0 and step % 20 != 0  # mid-way between evaluations
     assert budget.elapsed() <= budget.limit_s + clock.tick  # it left within the budget (this reading ticks too)
     ckpt = load_checkpoint(tmp_path / "b" / LAST)

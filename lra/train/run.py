@@ -145,7 +145,9 @@ def _train(
     try:
         if not run.loop(stop_after):
             stopped = {"stopped_at": trainer.global_step, "run_dir": str(run_dir.path)}
-            return {**stopped, "time_limit_s": time_budget.limit_s} if run.out_of_time else stopped
+            if run.out_of_time:
+                stopped |= {"time_limit_s": time_budget.limit_s, "session": run.session}
+            return stopped
     finally:
         run.batches.close()
     return run.finish()
