@@ -241,8 +241,11 @@ def _report(runs, board) -> int:
         console.print(f"{len(unfinished)} of {len(runs)} runs did not finish; the same command continues the sweep")
         return 1
     if stopped:
-        console.print(f"[yellow]time limit[/]: {len(runs) - len(stopped)} of {len(runs)} runs done, {len(stopped)} "
-                      "stopped with their state saved; the same command continues the sweep", highlight=False)
+        console.print(
+            f"[yellow]time limit[/]: {len(runs) - len(stopped)} of {len(runs)} runs done, {len(stopped)} "
+            "stopped with their state saved; the same command continues the sweep",
+            highlight=False,
+        )
         return 0
     if skipped:
         done = f"{len(runs) - len(skipped)} of {len(runs)} runs; {len(skipped)} running in another process (the same "
