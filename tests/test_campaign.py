@@ -59,8 +59,11 @@ def test_the_curriculum_chain_comes_from_the_presets():
 
 def test_a_campaign_stops_on_time_resumes_and_moves_on_with_positions_upsampled(tmp_path, capsys):
     state = tmp_path / "state"
+    prep = run_campaign(options(tmp_path, data_only=True))["sessions"][0]  # a session's first command: the data
+    assert prep["ended"] == "data only" and [(w["stage"], w["to_step"]) for w in prep["work"]] == [("pathfinder", 0)]
+    assert prep["work"][0]["data_s"] > 0 and not (state / "pathfinder").exists()
     first = run_campaign(options(tmp_path), TimeBudget(600.0, clock=JumpClock(12)))
-    s1 = first["sessions"][0]
+    s1 = first["sessions"][1]
     assert s1["ended"] == "time limit" and [w["stage"] for w in s1["work"]] == ["pathfinder"]
     stopped_at = s1["work"][0]["to_step"]
     assert 0 < stopped_at < 12 and first["stages"]["pathfinder"]["status"] == "running"
@@ -71,7 +74,7 @@ def test_a_campaign_stops_on_time_resumes_and_moves_on_with_positions_upsampled(
             "--data-dir", str(tmp_path / "data"), "--results", str(tmp_path / "results")]  # fmt: skip
     assert main([*argv, *[w for s in SETS for w in ("--set", s)]]) == 0
     ledger = json.loads((state / LEDGER).read_text())
-    s2 = ledger["sessions"][1]
+    s2 = ledger["sessions"][2]
     assert s2["ended"] == "campaign done"
     assert [(w["stage"], w["from_step"], w["to_step"]) for w in s2["work"]] == [
         ("pathfinder", stopped_at, 12), ("path-64", 0, 12)]  # fmt: skip
@@ -96,7 +99,7 @@ def test_a_campaign_stops_on_time_resumes_and_moves_on_with_positions_upsampled(
     assert (block["stage"], block["stages"], block["init_from"]) == (2, ["pathfinder", "path-64"], "pathfinder")
     # (a snapshot taken when the stage ended: the session's last milliseconds count for the stage it began at)
     assert block["device_s_before"] == pytest.approx(stages["pathfinder"]["device_s"], abs=0.5)
-    assert records["pathfinder"]["campaign"]["sessions"] == 2 and block["sessions"] == 1
+    assert records["pathfinder"]["campaign"]["sessions"] == 3 and block["sessions"] == 1
 
     # Stage 2 started from stage 1's best checkpoint, its 16x16 positions upsampled to 32x32: a run started by hand
     # from that file ends with the same weights, bit for bit; one from scratch does not.
@@ -118,3 +121,9 @@ def test_a_campaign_stops_on_time_resumes_and_moves_on_with_positions_upsampled(
     assert done["sessions"][-1]["ended"] == "campaign done" and done["sessions"][-1]["work"] == []
     with pytest.raises(RunSetupError, match="started with other options: attn 'naive'"):
         run_campaign(options(tmp_path, attn="flash"))
+
+    # `--from`: a new campaign takes the finished stages it shares, with what they cost.
+    other = run_campaign(options(tmp_path, state=tmp_path / "other", from_state=state))
+    assert all(other["stages"][t]["inherited_from"] == str(state) for t in ("pathfinder", "path-64"))
+    assert other["totals"]["device_s"] >= ledger["stages"]["pathfinder"]["device_s"] + stages["path-64"]["device_s"]
+    assert (tmp_path / "other" / "path-64" / BEST).is_file() and other["sessions"][-1]["work"] == []

@@ -61,6 +61,7 @@ class CampaignOptions:
     workers: int | None = None
     record: bool = True
     from_state: Path | None = None
+    data_only: bool = False  # draw the current stage's data (when absent) and stop: a session's first command
 
     def identity(self) -> dict[str, Any]:
         return {"target": self.target, "attn": self.attn, "preset": self.preset, "seed": self.seed,
@@ -134,7 +135,7 @@ class Session:
                 if self.dir(stage).finished:
                     self.settle(stage)
                     continue
-                ended = self.work(stage)
+                ended = self.draw_only(stage) if self.opts.data_only else self.work(stage)
                 if ended is not None:
                     break
             else:
@@ -179,6 +180,18 @@ class Session:
             return "time limit" if "time_limit_s" in out else "stopped"
         self.finish(stage, out)
         return None
+
+    def draw_only(self, stage: Stage) -> str:
+        """Draw the current stage's data when absent (`--data-only`), counted as that stage's work."""
+        task = build_task(stage.task, data_dir=self.opts.data_dir, **stage.config["data"])
+        started, step = self.clock(), self.progress(stage)
+        item = {"stage": stage.task, "from_step": step, "to_step": step, "train_s": 0.0, "data_s": 0.0, "wall_s": 0.0}
+        self.entry["work"].append(item)
+        if not task.info()["ready"]:
+            task.prepare(workers=self.opts.workers or os.cpu_count() or 1)
+        item["data_s"] = item["wall_s"] = round(self.clock() - started, 3)
+        console.print(f"campaign: {stage.task}'s data is ready ({item['data_s']:.0f} s)", highlight=False)
+        return "data only"
 
     def train(self, stage: Stage) -> dict[str, Any]:
         from lra.train.run import train

@@ -39,6 +39,8 @@ def add_parser(sub) -> None:
     add_time_limit(p)
     p.add_argument("--from", dest="from_state", default=None, metavar="DIR",
                    help="a new campaign takes the finished stages it shares with the campaign in DIR")  # fmt: skip
+    p.add_argument("--data-only", action="store_true",
+                   help="draw the current stage's data when absent, then stop (a session's first command)")  # fmt: skip
     p.add_argument("--workers", type=int, default=None, help="processes drawing data (default: every core)")
     add_data_dir(p)
     p.add_argument("--results", default=None, metavar="DIR",
@@ -60,7 +62,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     opts = CampaignOptions(
         target=args.target, attn=args.attn, state=Path(args.state), preset=args.preset, seed=args.seed,
         overrides=list(args.overrides), data_dir=args.data_dir, results=args.results, device=args.device,
-        workers=args.workers, record=not args.no_record,
+        workers=args.workers, record=not args.no_record, data_only=args.data_only,
         from_state=Path(args.from_state) if args.from_state else None,
     )  # fmt: skip
     if args.dry_run:
