@@ -18,7 +18,8 @@ ALLOWED: dict[str, set[str]] = {
     "lra.bench": {*HARNESS, "lra.bench", "configs"},
     "lra.numerics": {*HARNESS, "lra.numerics", "configs"},
     "lra.sweep": {*HARNESS, "lra.sweep", "configs"},
-    "lra.cli": {*HARNESS, "lra.bench", "lra.numerics", "lra.sweep", "lra.cli", "lra", "configs"},
+    "lra.campaign": {*HARNESS, "lra.campaign", "configs"},
+    "lra.cli": {*HARNESS, "lra.bench", "lra.numerics", "lra.sweep", "lra.campaign", "lra.cli", "lra", "configs"},
     "lra": {"lra.cli", "lra"},  # lra/__init__.py and lra/__main__.py
 }
 PROJECT = ("lra", "tasks", "attention_impls", "configs")

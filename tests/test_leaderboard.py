@@ -428,3 +428,31 @@ def test_a_stub_run_record_is_skipped_with_a_warning_naming_its_file(tmp_path, c
     err = capsys.readouterr().err
     assert "stub.json: a run record without task, backend, config, metrics; skipped" in " ".join(err.split())
     assert "stub.json" not in md.read_text() and "| `flash` | 30.0 (n=1)" in md.read_text()
+
+
+def test_campaign_stages_show_device_hours_with_every_stage_counted(tmp_path):
+    """Two stages of one campaign: the second's hours to each of the paper's accuracies are the first stage's
+    device-hours plus its own training seconds to that evaluation; its learning curve is plotted on that axis."""
+    pytest.importorskip("matplotlib")
+    from lra.results.run_plots import campaign_curves
+
+    first_s, own_s = 1800.0, 5400.0
+    stage1 = run_record("path-64", "block_sparse_flash", 0.58, preset="curriculum", history=curve((312, 0.52, 90.0)))
+    stage1["campaign"] = {"name": "path-x-bsf", "stage": 1, "stages": ["path-64", "path-x"], "init_from": None,
+                          "device_s_before": 0.0, "device_s": first_s, "sessions": 1}  # fmt: skip
+    stage2 = run_record("path-x", "block_sparse_flash", 0.57, preset="curriculum",
+                        history=curve((312, 0.51, 300.0), (624, 0.565, 1300.0), (936, 0.62, 2500.0)))  # fmt: skip
+    stage2["campaign"] = {"name": "path-x-bsf", "stage": 2, "stages": ["path-64", "path-x"], "init_from": "path-64",
+                          "device_s_before": first_s, "device_s": own_s, "sessions": 3}  # fmt: skip
+    store = stored(tmp_path, [stage1, stage2])
+    table = tables_of(store)["Campaigns: device-hours per stage, all stages counted"]
+    rows = {r[1].text: [c.text for c in r] for r in table.cells()}
+    col = table.header.index
+    second = rows["2/2 path-x from path-64"]
+    assert second[col("stage (h)")] == f"{own_s / 3600:.2f}"
+    assert second[col("at its end (h)")] == f"{(first_s + own_s) / 3600:.2f}"
+    assert second[col("to val >= 56.0")] == f"{(first_s + 1300.0) / 3600:.2f} h (step 624)"
+    assert second[col("to val >= 61.4")] == f"{(first_s + 2500.0) / 3600:.2f} h (step 936)"
+    assert second[col("to val >= 63.1")] == "-" and rows["1/2 path-64"][col("to val >= 56.0")] == "-"
+    figure = campaign_curves(load_records(store), tmp_path / "plots")
+    assert figure is not None and figure.path.is_file()

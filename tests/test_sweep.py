@@ -334,3 +334,25 @@ def test_a_sweep_logging_to_a_file_prints_lines_not_a_live_table(tmp_path, capsy
         f"{run.name}: running (cpu), step 0/60",
         f"{run.name}: done, step 0/60",
     ]
+
+
+def test_a_sweep_with_a_time_limit_stops_its_runs_and_the_same_command_continues(tmp_path, monkeypatch, capsys):
+    """One run (toy, naive, seed 0): with a time limit too short to start anything it starts nothing; with the
+    start threshold lowered it gets `--time-limit 1`, stops after its first window with its state saved (exit 0,
+    state `stopped`), and the same sweep without a limit resumes it to the end."""
+    import lra.sweep.local as local
+
+    configs, root, results = write_configs(tmp_path), tmp_path / "sweep", tmp_path / "results"
+    argv = ["sweep", "--tasks", configs[0], "--attn", "naive", "--seeds", "0", "--root", str(root), "--results",
+            str(results), "--runner", "tests.sweep_cli", "--device", "cpu"]  # fmt: skip
+    assert main([*argv, "--time-limit", "5s"]) == 0
+    assert "1 stopped with their state saved" in " ".join(capsys.readouterr()).replace("\n", " ")
+    assert not list(root.glob("*/*/*/s0/config.json"))  # not started: 5 s is under a run's start threshold
+    monkeypatch.setattr(local, "START_S", 0.0)
+    assert main([*argv, "--time-limit", "3s"]) == 0
+    run_dir = next(root.glob("*/*/*/s0"))
+    assert (run_dir / "last.pt").is_file() and not (run_dir / "summary.json").exists()
+    assert "--time-limit" in run_dir.with_name("s0.log").read_text()
+    assert main(argv) == 0
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 60
+    assert len(load_records(results)) == 1

@@ -97,6 +97,17 @@ def add_results(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-record", action="store_true", help="store no result record")
 
 
+def add_time_limit(parser: argparse.ArgumentParser) -> None:
+    """`--time-limit DURATION`: stop cleanly before this much wall clock has passed (lra.train.budget)."""
+    parser.add_argument(
+        "--time-limit",
+        default=None,
+        metavar="DURATION",
+        help="train until this much wall clock (from the command's start) is nearly spent, then save the full state "
+        "and exit 0; --resume continues (e.g. 25m, 90s, 1h30m)",
+    )
+
+
 def check_nproc(nproc: int) -> None:
     """`--nproc N`: at least one process."""
     if nproc < 1:

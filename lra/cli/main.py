@@ -14,7 +14,7 @@ from typing import NoReturn
 
 from rich.markup import escape
 
-from lra.cli import bench, data, leaderboard, listing, numerics, results, run, sweep
+from lra.cli import bench, campaign, data, leaderboard, listing, numerics, results, run, sweep
 from lra.cli.args import check_device
 from lra.core.errors import LraError
 from lra.core.progress import console
@@ -38,6 +38,7 @@ SUBCOMMANDS = (
     leaderboard.add_parser,
     sweep.add_parser,
     results.add_parser,
+    campaign.add_parser,
 )
 
 

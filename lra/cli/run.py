@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from lra.cli.args import add_data_dir, add_device, add_overrides, add_results, check_nproc
+from lra.cli.args import add_data_dir, add_device, add_overrides, add_results, add_time_limit, check_nproc
 from lra.core.progress import console
 
 EPILOG = """examples:
@@ -47,14 +47,17 @@ def add_parser(sub) -> None:
     add_data_dir(p)
     add_results(p)
     p.add_argument("--nproc", type=int, default=1, help="train with N local processes (torch.distributed, DDP)")
+    add_time_limit(p)
     p.add_argument("--stop-after", type=int, default=None, help=argparse.SUPPRESS)  # simulate a kill (tests)
     p.set_defaults(func=cmd_run)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Train, then (on rank 0, unless --no-record) store the summary as a record and say where it went."""
+    from lra.train.budget import TimeBudget, parse_duration
     from lra.train.config import load_config
 
+    budget = None if args.time_limit is None else TimeBudget(parse_duration(args.time_limit))  # counts from here
     if args.seeds is not None:
         from lra.cli.sweep import run_seeds
 
@@ -82,13 +85,28 @@ def cmd_run(args: argparse.Namespace) -> int:
             resume=args.resume,
             data_dir=args.data_dir,
             stop_after=args.stop_after,
+            time_budget=budget,
         )
         main_rank = dist.is_main()
     finally:
         dist.shutdown()
+    if main_rank and "time_limit_s" in summary:
+        console.print(f"resume with: {resume_command(args.argv, summary['run_dir'])}", highlight=False, soft_wrap=True)
     if main_rank and "stopped_at" not in summary and not args.no_record:
         store_summary(summary, args.results)
     return 0
+
+
+def resume_command(argv: list[str], run_dir: str) -> str:
+    """The `lra run` line that continues a run stopped on time: the same arguments with --resume and --out."""
+    import shlex
+
+    words = ["lra", *argv]
+    if "--resume" not in argv:
+        words.append("--resume")
+    if "--out" not in argv and not any(a.startswith("--out=") for a in argv):
+        words += ["--out", run_dir]
+    return shlex.join(words)
 
 
 def store_summary(summary: dict, results: str | None) -> None:

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from lra.cli.args import add_data_dir, add_device, add_overrides
+from lra.cli.args import add_data_dir, add_device, add_overrides, add_time_limit
 from lra.core.errors import ConfigError, RunSetupError
 from lra.core.progress import console, out, quiet
 
@@ -53,6 +53,7 @@ def add_parser(sub) -> None:
     add_data_dir(p)
     add_device(p, help="cpu keeps the runs off the GPUs (default: each run on its GPU)")
     p.add_argument("--resume", action="store_true", help="accepted for symmetry with lra run: a sweep always resumes")
+    add_time_limit(p)
     p.add_argument("--dry-run", action="store_true", help="show the grid and what each run needs, run nothing")
     p.add_argument("--runner", default="lra", help=argparse.SUPPRESS)  # python -m RUNNER run ... (tests)
     p.set_defaults(func=cmd_sweep)
@@ -99,8 +100,15 @@ def execute(runs, args: argparse.Namespace, root: Path) -> int:
 
     if args.per_gpu < 1:
         raise ConfigError(f"--per-gpu must be at least 1, got {args.per_gpu}")
+    from lra.train.budget import TimeBudget, parse_duration
+
     results = Path(args.results).expanduser().resolve() if args.results else results_dir().resolve()
-    options = LaunchOptions(results=results, data_dir=args.data_dir, device=args.device, runner=args.runner)
+    limit = getattr(args, "time_limit", None)
+    budget = None if limit is None else TimeBudget(parse_duration(limit))
+    if budget is not None and args.executor != "local":
+        raise ConfigError("--time-limit works with the local executor (a cluster job has its own --time)")
+    options = LaunchOptions(results=results, data_dir=args.data_dir, device=args.device, runner=args.runner,
+                            budget=budget)  # fmt: skip
     board = Board(runs, title=f"lra sweep: {len(runs)} runs")
     _check(runs, board, results, local=args.executor == "local", device=args.device)
     if args.dry_run:
@@ -218,7 +226,8 @@ def _report(runs, board) -> int:
     """Name the runs that did not finish (with their logs' last lines) and those left to another process; 0 when
     every run is done or running elsewhere (a second sweep of the same grid is not a failure)."""
     skipped = [run for run in runs if board.rows[run.name].state == "skipped"]
-    unfinished = [run for run in runs if board.rows[run.name].state not in ("done", "skipped")]
+    stopped = [run for run in runs if board.rows[run.name].state == "stopped"]
+    unfinished = [run for run in runs if board.rows[run.name].state not in ("done", "skipped", "stopped")]
     for run in skipped:
         console.print(f"[yellow]skipped[/] {run.name}: {board.rows[run.name].where}", highlight=False)
     for run in unfinished:
@@ -231,6 +240,13 @@ def _report(runs, board) -> int:
     if unfinished:
         console.print(f"{len(unfinished)} of {len(runs)} runs did not finish; the same command continues the sweep")
         return 1
+    if stopped:
+        console.print(
+            f"[yellow]time limit[/]: {len(runs) - len(stopped)} of {len(runs)} runs done, {len(stopped)} "
+            "stopped with their state saved; the same command continues the sweep",
+            highlight=False,
+        )
+        return 0
     if skipped:
         done = f"{len(runs) - len(skipped)} of {len(runs)} runs; {len(skipped)} running in another process (the same "
         done += "command later checks them)"

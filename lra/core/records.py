@@ -61,16 +61,18 @@ def run_record(
     compile: Mapping[str, Any] | str | None,
     attention_dropout_applied: bool | None,
     history: list[dict[str, Any]],
+    sessions: list[dict[str, Any]],
     run_dir: str,
     env: Mapping[str, Any],
 ) -> Record:
     """A finished `lra run` (kind 'run'): its test and validation figures in `metrics`, the resolved config and its
-    hash, the evaluation history. `attention_dropout_applied`: None when the run asked for no attention dropout,
+    hash, the evaluation history, and the calls (`sessions`: steps and seconds of each, a run resumed across
+    machines has several). `attention_dropout_applied`: None when the run asked for no attention dropout,
     False when its backend applies none."""
     fields = {"task": task, "backend": backend, "preset": preset, "steps": steps, "seq_len": seq_len}
     fields |= {"world_size": world_size, "metrics": metrics, "config": config, "config_hash": config_hash}
     fields |= {"compile": compile_info(compile), "attention_dropout_applied": attention_dropout_applied}
-    return _record("run", env, {**fields, "history": history, "run_dir": run_dir})
+    return _record("run", env, {**fields, "history": history, "sessions": sessions, "run_dir": run_dir})
 
 
 def bench_train_record(
@@ -186,7 +188,7 @@ def _fill(rec: Record, defaults: Mapping[str, Any]) -> None:
 
 
 def _upgrade_run(rec: Record) -> None:
-    _fill(rec, {"world_size": 1, "attention_dropout_applied": None, "history": []})
+    _fill(rec, {"world_size": 1, "attention_dropout_applied": None, "history": [], "sessions": []})
     rec["compile"] = compile_info(rec.get("compile"))
 
 

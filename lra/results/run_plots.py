@@ -13,7 +13,14 @@ from lra.results.plotting import colours, grid, pyplot, save, slug
 from lra.results.published import FLASH_PAPER_SPEEDUP, SPEEDUP_PRESET, paper_for
 from lra.results.speed import Block, speed_blocks
 from lra.results.table import Figure
-from lra.results.time_to_accuracy import blocks, reached, targets
+from lra.results.time_to_accuracy import (
+    CAMPAIGN_TARGETS,
+    blocks,
+    campaign_hours,
+    campaign_key,
+    reached,
+    targets,
+)
 
 
 def run_figures(records: list[dict[str, Any]], plot_dir: Path) -> list[Figure]:
@@ -32,6 +39,7 @@ def run_figures(records: list[dict[str, Any]], plot_dir: Path) -> list[Figure]:
         figures.append(speedup_figure(block, path))
     for (task, preset), recs in sorted(group_by(runs, lambda r: (r.get("task"), r.get("preset"))).items(), key=str):
         figures.append(learning_curves(recs, task, preset, plot_dir / f"curves-{slug(task)}-{slug(preset)}.png"))
+    figures.append(campaign_curves([r for r in runs if isinstance(r.get("campaign"), dict)], plot_dir))
     return [f for f in figures if f is not None]
 
 
@@ -180,3 +188,30 @@ def learning_curves(runs: list[dict[str, Any]], task: str, preset: str, path: Pa
     fig.tight_layout()
     caption = f"Validation accuracy against steps and wall-clock seconds, {task}, preset {preset}, one line per run."
     return Figure(save(fig, path), caption, "time")
+
+
+def campaign_curves(stages: list[dict[str, Any]], plot_dir: Path) -> Figure | None:
+    """Validation accuracy against the campaign's device-hours, a panel per campaign, one line per stage, so that
+    every stage's curve sits where the campaign had spent its time (the paper's figures as dotted lines)."""
+    by_campaign = group_by([r for r in stages if r.get("history")], campaign_key)
+    if not by_campaign:
+        return None
+    plt = pyplot()
+    keys = sorted(by_campaign)
+    palette = colours(plt, {r.get("task") for recs in by_campaign.values() for r in recs})
+    fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 3.8), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        for rec in sorted(by_campaign[key], key=lambda r: r["campaign"].get("stage", 0)):
+            hist = [h for h in rec["history"] if h.get("val_acc") is not None]
+            hours = [campaign_hours(rec, h["time"]) for h in hist]
+            ax.plot(hours, [100 * h["val_acc"] for h in hist], color=palette[rec.get("task")], label=rec.get("task"))
+        for target in CAMPAIGN_TARGETS:
+            ax.axhline(100 * target, color="grey", linestyle=":", linewidth=0.8)
+        ax.set_title(f"{key[0]} ({key[1]})")
+        grid(ax, "device-hours, all stages counted", "validation accuracy (%)", legend=True)
+    fig.tight_layout()
+    caption = (
+        "Campaigns: validation accuracy of every stage against the campaign's device-hours (earlier stages' whole"
+        " sessions plus this stage's training time); dotted: the FlashAttention paper's 56.0 / 61.4 / 63.1."
+    )
+    return Figure(save(fig, plot_dir / "campaigns.png"), caption, "time")

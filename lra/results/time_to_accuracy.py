@@ -1,4 +1,5 @@
-"""Time to accuracy at targets chosen per block of comparable runs (one task, preset, config and store).
+"""Time to accuracy at targets chosen per block of comparable runs (one task, preset, config and store), and the
+campaigns' stages in device-hours (`campaign_table`).
 
 Fixed thresholds say little across LRA tasks (50% is chance on binary ones and out of reach on ten-class ones), so a
 block's targets lie 50%, 90% and 100% of the way from the majority class to the weakest backend's mean best validation
@@ -129,7 +130,9 @@ def targets_text(tgts: tuple[float, ...]) -> str:
 def time_to_accuracy_tables(runs: Runs) -> list[Table]:
     """One time-to-accuracy table per preset (the tiny smoke runs aside), in page order."""
     by_preset = group_by([r for r in runs if r.get("preset") != "tiny"], lambda r: r.get("preset", "default"))
-    return [preset_table(by_preset[p], p) for p in preset_order(by_preset)]
+    tables = [preset_table(by_preset[p], p) for p in preset_order(by_preset)]
+    campaigns = campaign_table([r for r in runs if r.get("preset") != "tiny"])
+    return tables + ([campaigns] if campaigns is not None else [])
 
 
 def _block_order(runs: Runs):
@@ -172,3 +175,54 @@ def preset_table(runs: Runs, preset: str) -> Table:
     notes += [NO_HISTORY] if no_history else []
     title = f"Time to accuracy, preset {preset}: {PRESET_TITLES.get(preset, 'configs/ as written')}"
     return Table(title, [*header, "train time (s)", "source"], rows, notes, section="time")
+
+
+# ---- campaigns (lra campaign): every stage's time to accuracy in device-hours, all stages counted
+CAMPAIGN_TARGETS = (0.560, 0.614, 0.631)  # the FlashAttention paper's Path-X block-sparse / flash, Path-256 figures
+CAMPAIGN_NOTE = (
+    "One row per finished stage of a campaign (`lra campaign`: Pathfinder-32 -> Path-64 -> Path-X or Path-256, each"
+    " stage from the last one's best checkpoint, carried across device sessions). Device-hours count every stage:"
+    " 'stage' is the stage's own sessions (data drawing, compilation and evaluation included), 'at its end' adds"
+    " every stage before it; 'to val >= X' is the earlier stages' device-hours plus this stage's training time to"
+    " its first evaluation at or above X (56.0 / 61.4 / 63.1: the FlashAttention paper's block-sparse and flash"
+    " Path-X and block-sparse Path-256 test accuracies)."
+)
+
+
+def campaign_key(rec: dict[str, Any]) -> tuple[str, str, str]:
+    """(campaign name, backend, store) of a stage record."""
+    return (str(rec["campaign"].get("name")), str(rec.get("backend")), str(rec.get("_store")))
+
+
+def campaign_hours(rec: dict[str, Any], seconds: float) -> float:
+    """Device-hours of the campaign when this stage had trained `seconds`: every earlier stage's plus those."""
+    return (float(rec["campaign"].get("device_s_before") or 0.0) + seconds) / 3600
+
+
+def campaign_reach(rec: dict[str, Any], target: float) -> str:
+    """'1.23 h (step 4,056)' at the stage's first evaluation at or above `target`, '-' if none."""
+    hit = first_reach(rec, target)
+    return "-" if hit is None else f"{campaign_hours(rec, hit[1]):.2f} h (step {hit[0]:,})"
+
+
+def campaign_table(runs: Runs) -> Table | None:
+    """The campaigns' stages with device-hours spent and to the paper's accuracies; None without campaign records."""
+    stages = [r for r in runs if isinstance(r.get("campaign"), dict)]
+    if not stages:
+        return None
+    rows = []
+    for key, recs in sorted(group_by(stages, campaign_key).items()):
+        for rec in sorted(recs, key=lambda r: r["campaign"].get("stage", 0)):
+            c = rec["campaign"]
+            where = f"{c.get('stage')}/{len(c.get('stages') or [])} {rec.get('task')}"
+            start = f" from {c['init_from']}" if c.get("init_from") else ""
+            own = float(c.get("device_s") or 0.0) / 3600
+            cells = [Cell(key[0]), Cell(where + start), name(key[1])]
+            cells += [acc_cell([rec], "val_acc"), acc_cell([rec], "test_acc"), num(f"{rec.get('steps', 0):,}")]
+            cells += [num(f"{own:.2f}"), num(f"{campaign_hours(rec, float(c.get('device_s') or 0.0)):.2f}")]
+            cells += [num(campaign_reach(rec, t)) for t in CAMPAIGN_TARGETS]
+            rows.append(Row([*cells, Cell(f"measured ({key[2]})")]))
+    header = ["campaign", "stage", "backend", "best val acc", "test acc", "steps", "stage (h)", "at its end (h)"]
+    header += [f"to val >= {100 * t:.1f}" for t in CAMPAIGN_TARGETS]
+    return Table("Campaigns: device-hours per stage, all stages counted", [*header, "source"], rows, [CAMPAIGN_NOTE],
+                 section="time")  # fmt: skip

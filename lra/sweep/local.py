@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lra.core import locks
 from lra.core.errors import ConfigError
@@ -27,7 +28,9 @@ from lra.train.rundir import RunDir
 
 POLL_S = 0.5
 STOP_GRACE_S = 10.0
-FINAL = ("done", "failed", "skipped")  # the states a run ends a sweep in (skipped: running in another process)
+FINAL = ("done", "failed", "skipped", "stopped")  # how a run ends a sweep (skipped: running in another process;
+# stopped: on the sweep's --time-limit, its state saved for the same command to continue)
+START_S = 60.0  # under a time limit, a run is started only with at least this long left
 # on_status(run, state, where): pending, queued, running, resumed or a FINAL state; `where` names the GPU, job, ...
 OnStatus = Callable[[Run, str, str], None]
 Outcome = dict[str, tuple[str, str]]  # run name -> (FINAL state, note)
@@ -41,6 +44,7 @@ class LaunchOptions:
     data_dir: str | None = None
     device: str | None = None  # None: each run's default (its GPU when it has one); "cpu" keeps runs off the GPUs
     runner: str = "lra"  # runs are `python -m RUNNER run ...` (tests use a module that adds toy tasks first)
+    budget: Any = None  # a lra.train.budget.TimeBudget for the whole sweep: each run gets what is left of it
 
 
 def visible_gpus() -> list[str]:
@@ -114,6 +118,10 @@ class LocalPool:
         """Start the next pending run that needs starting on `slot`, settling the ones that need no process."""
         while pending:
             run = pending.popleft()
+            budget = self.options.budget
+            if budget is not None and budget.remaining() - budget.margin() < START_S:
+                self.on_status(run, "stopped", "time limit: not started")
+                continue
             fd = try_lock(run.lock)
             elsewhere = locks.holder(run.lock) if fd is None else RunDir(run.run_dir).in_use()
             if elsewhere is not None:
@@ -147,6 +155,8 @@ class LocalPool:
     def _start(self, run: Run, lock_fd: int, gpu: str | None, *, resume: bool) -> _Active:
         opts = self.options
         argv = run.argv(resume=resume, results=opts.results, data_dir=opts.data_dir, device=opts.device)
+        if opts.budget is not None:
+            argv += ["--time-limit", f"{max(1.0, opts.budget.remaining() - opts.budget.margin()):.0f}"]
         env = dict(os.environ)
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpu
@@ -168,6 +178,9 @@ class LocalPool:
                 continue
             _release(a)
             del active[slot]
+            if rc == 0 and self.options.budget is not None and not RunDir(a.run.run_dir).finished:
+                self.on_status(a.run, "stopped", "time limit: state saved")
+                continue
             self.on_status(a.run, "done" if rc == 0 else "failed", f"exit {rc}" if rc else "")
 
 

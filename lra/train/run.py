@@ -4,6 +4,8 @@
 test on it. The full state is checkpointed atomically; `resume=True` continues at the same step with the same data
 order (batches are a function of the step) and the same dropout draws (seeded per step), so an interrupted run ends
 with the same result as an uninterrupted one. A non-finite loss stops the run and leaves the last good checkpoint.
+With a `TimeBudget` (`--time-limit`) the run stops cleanly before the budget runs out, its full state saved
+(lra.train.budget); the split hashes recorded when it started are checked on resume (lra.train.datahash).
 The summary is returned and written to the run directory; storing it as a result record is the caller's job
 (`lra run`, the sweep), since the training layer sits below the results store.
 """
@@ -22,15 +24,17 @@ import numpy as np
 import torch
 
 from attention_impls.registry import dropout_applied, dropout_notes
-from lra.core.environment import environment
+from lra.core.environment import device_name, environment
 from lra.core.errors import NonFiniteLossError, RunSetupError
 from lra.core.progress import console
 from lra.core.records import run_record
 from lra.model import load_init
 from lra.train import distributed as dist
 from lra.train import rundir
+from lra.train.budget import Pacer, TimeBudget
 from lra.train.checkpoint import BEST, LAST, load_checkpoint
 from lra.train.config import config_hash
+from lra.train.datahash import check_same_data, data_hashes
 from lra.train.device import resolve_device
 from lra.train.display import Throughput, Window, stats_text, train_progress
 from lra.train.feed import Feed, TrainBatches, place_split
@@ -53,6 +57,8 @@ class RunState:
     timed_steps: int = 0
     thresholds: dict[str, float] = field(default_factory=dict)  # "0.6" -> train_time when val acc first reached it
     history: list[dict[str, Any]] = field(default_factory=list)
+    data_hashes: dict[str, str] = field(default_factory=dict)  # split -> datahash.split_digest, from the start
+    sessions: list[dict[str, Any]] = field(default_factory=list)  # one per train() call: steps, seconds, device
 
 
 def train(
@@ -67,6 +73,8 @@ def train(
     stop_after: int | None = None,
     on_eval: OnEval | None = None,
     cpu_amp: bool = False,
+    time_budget: TimeBudget | None = None,
+    init_root: PathLike | None = None,
 ) -> dict[str, Any]:
     """Train and test `backend` on `config`'s task; returns the summary (also written to the run directory).
 
@@ -74,7 +82,9 @@ def train(
     `out_dir` or the newest unfinished run of the same task, backend, preset and seed. `stop_after` ends this call
     after that many steps as a kill would (tests of resume) and returns {"stopped_at", "run_dir"}. `on_eval(step,
     model)` is called at every evaluation (the numerics study snapshots weights there). `cpu_amp` applies train.amp
-    on the CPU too.
+    on the CPU too. `time_budget`: stop cleanly before it runs out, saving the full state, and return {"stopped_at",
+    "run_dir", "time_limit_s"}. `init_root`: where a relative train.init_from is read from (default: the working
+    directory; a campaign names its state folder).
     """
     dev = resolve_device(device)
     reason = cannot_run(config, backend, dev)
@@ -84,6 +94,7 @@ def train(
         rundir.check_unused(out_dir)
     where = {"out_dir": out_dir, "runs_root": runs_root}
     opts = {"where": where, "data_dir": data_dir, "dev": dev, "stop_after": stop_after, "on_eval": on_eval}
+    opts |= {"time_budget": time_budget, "init_root": init_root}
     try:
         run_dir = None
         if resume:
@@ -104,8 +115,11 @@ def _train(
     stop_after: int | None,
     on_eval: OnEval | None,
     cpu_amp: bool,
+    time_budget: TimeBudget | None,
+    init_root: PathLike | None,
 ) -> dict[str, Any]:
     """`train()` once the run directory to resume (or None: a new one) is known and owned."""
+    started = time.perf_counter()
     resume = run_dir is not None
     task = build_task(config["task"], data_dir=data_dir, **config["data"])
     reason = cannot_run(config, backend, dev, seq_len=task.seq_len)  # now with the length: can the scores fit?
@@ -115,19 +129,26 @@ def _train(
     trainer = build_trainer(config, task, backend, dev, cpu_amp=cpu_amp)
     feeds = place_splits(splits, task, dev, config["train"]["data_placement"])
     chash = config_hash(config)
+    hashes = data_hashes(splits)
     if run_dir is not None:
         state = _restore(trainer, run_dir, chash)
+        check_same_data(state.data_hashes, hashes, run=str(run_dir.path), task=config["task"])
+        state.data_hashes = state.data_hashes or hashes
     else:
-        state = RunState()
-        _init_from(trainer.model, config["train"]["init_from"])
+        state = RunState(data_hashes=hashes)
+        _init_from(trainer.model, config["train"]["init_from"], root=init_root)
         payload = {"config": config, "backend": backend, "config_hash": chash, "world_size": dist.world_size()}
+        payload["data_hashes"] = hashes
         run_dir = rundir.on_main(rundir.create, config, backend, payload, **where)
     parts = {"task": task, "splits": splits, "feeds": feeds, "trainer": trainer, "run_dir": run_dir, "state": state}
-    run = _Run(config, backend, **parts, on_eval=on_eval)
+    run = _Run(config, backend, **parts, on_eval=on_eval, time_budget=time_budget, started=started)
     run.announce(resume)
     try:
         if not run.loop(stop_after):
-            return {"stopped_at": trainer.global_step, "run_dir": str(run_dir.path)}
+            stopped = {"stopped_at": trainer.global_step, "run_dir": str(run_dir.path)}
+            if run.out_of_time:
+                stopped |= {"time_limit_s": time_budget.limit_s, "session": run.session}
+            return stopped
     finally:
         run.batches.close()
     return run.finish()
@@ -150,11 +171,12 @@ def _restore(trainer: Trainer, run_dir: rundir.RunDir, chash: str) -> RunState:
     return RunState(**ckpt["state"])
 
 
-def _init_from(model: torch.nn.Module, source: str | None) -> None:
-    """Start from another run's weights (train.init_from: a run directory or a checkpoint file)."""
+def _init_from(model: torch.nn.Module, source: str | None, root: PathLike | None = None) -> None:
+    """Start from another run's weights (train.init_from: a run directory or a checkpoint file; a relative path is
+    read from `root` when given)."""
     if not source:
         return
-    path = Path(source)
+    path = Path(root or ".") / source
     if path.is_dir():
         path = path / BEST if (path / BEST).is_file() else path / LAST
     adapted = load_init(model, load_checkpoint(path)["model"])
@@ -177,6 +199,8 @@ class _Run:
         run_dir: rundir.RunDir,
         state: RunState,
         on_eval: OnEval | None,
+        time_budget: TimeBudget | None = None,
+        started: float | None = None,
     ) -> None:
         self.config, self.t, self.backend = config, config["train"], backend
         self.task, self.splits, self.feeds, self.trainer = task, splits, feeds, trainer
@@ -189,6 +213,10 @@ class _Run:
         self.seq_tokens = task.seq_len * (2 if task.pair else 1)
         self.info = f"{config['task']} / {backend} / preset {config['preset']} on {trainer.device}"
         self.clock = time.perf_counter()
+        self.budget, self.out_of_time = time_budget, False
+        self.session = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "from_step": trainer.global_step}
+        self.session |= {"device": device_name(trainer.device), "world_size": dist.world_size()}
+        self.started, self.train_time_at_start = started or self.clock, state.train_time
 
     def announce(self, resumed: bool) -> None:
         if not self.main:
@@ -210,10 +238,12 @@ class _Run:
         self.clock = now
 
     def loop(self, stop_after: int | None) -> bool:
-        """Train to the last step (True), or stop after `stop_after` steps of this call (False)."""
+        """Train to the last step (True), or stop after `stop_after` steps of this call, or when the time budget
+        would not hold the next stretch (False; `out_of_time`, with the full state saved)."""
         t, trainer = self.t, self.trainer
         ckpt_every = t["checkpoint_every"] or t["eval_every"]
         window, timer = Window(trainer.device), Throughput(self.state)
+        pace = self._pacer()
         if trainer.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(trainer.device)
         with train_progress(disable=not self.main) as progress:
@@ -228,14 +258,52 @@ class _Run:
                 at_ckpt = step % ckpt_every == 0 or step == t["steps"]
                 if not (step % t["log_every"] == 0 or at_eval or at_ckpt):
                     continue
+                pace.window(window.steps)
                 self.log(window, timer)
                 progress.update(bar, completed=step, stats=stats_text(*self.last, timer.rate))
                 if at_eval:
-                    self.evaluate(progress.console)
+                    pace.timed(lambda: self.evaluate(progress.console), "evaluation")
                 if at_ckpt:
-                    self.checkpoint()
+                    pace.timed(self.checkpoint, "saved")
+                if step < t["steps"] and not pace.fits_next(step, ckpt_every):
+                    self._stop_for_time()
+                    return False
                 timer.restart()
+                pace.restart()
         return trainer.global_step >= t["steps"]
+
+    def _pacer(self) -> _Pace:
+        """The budget's bookkeeping for this loop (one that never stops the run when there is no budget)."""
+        batch = self.t["batch_size"]
+        steps = {f"{s}_steps": math.ceil(len(self.splits[s]) / batch) for s in ("val", "test")}
+        limit = self.t["eval_batches"]
+        steps["val_steps"] = min(steps["val_steps"], limit) if limit else steps["val_steps"]
+        pacer = None if self.budget is None else Pacer(self.budget, eval_steps=steps["val_steps"],
+                                                       test_steps=steps["test_steps"])  # fmt: skip
+        return _Pace(pacer, self.t)
+
+    def _stop_for_time(self) -> None:
+        """Close this session and save the full state (again, with the session) before leaving on time."""
+        self.out_of_time = True
+        self._close_session()
+        self.checkpoint()
+        if self.main:
+            used = self.budget.elapsed()
+            console.print(
+                f"[bold yellow]stopped[/] at step {self.trainer.global_step} of {self.t['steps']} to keep within the "
+                f"time limit ({used:.0f} s of {self.budget.limit_s:.0f} s used); its full state is in {self.dir.last}",
+                highlight=False,
+                soft_wrap=True,
+            )
+
+    def _close_session(self) -> None:
+        """Add this call's session (steps, training and wall seconds) to the run's ledger, once."""
+        if self.session.get("to_step") is not None:
+            return
+        self.session["to_step"] = self.trainer.global_step
+        self.session["train_s"] = round(self.state.train_time - self.train_time_at_start, 3)
+        self.session["wall_s"] = round(time.perf_counter() - self.started, 3)
+        self.state.sessions.append(dict(self.session))
 
     def log(self, window: Window, timer: Throughput) -> None:
         """Close the logging window: mean loss and accuracy on all ranks; a non-finite loss stops the run."""
@@ -290,6 +358,7 @@ class _Run:
     def finish(self) -> dict[str, Any]:
         """Test the best checkpoint, write summary.json (rank 0) and return the summary."""
         dist.barrier()  # rank 0 has written the final checkpoints
+        self._close_session()
         trainer = self.trainer
         if self.dir.best.is_file():
             trainer.model.load_state_dict(load_checkpoint(self.dir.best, map_location=trainer.device)["model"])
@@ -333,9 +402,50 @@ class _Run:
             compile=self.trainer.loss.effective(),
             attention_dropout_applied=dropout_applied(self.trainer.model),
             history=[{k: h[k] for k in ("step", "val_acc", "val_loss", "time")} for h in state.history],
+            sessions=state.sessions,
             run_dir=str(self.dir.path),
             env=environment(dev),
         )
+
+
+class _Pace:
+    """The loop's view of its `Pacer`: times windows, evaluations and saves on the budget's clock, and says whether
+    the stretch to the next logging point fits (always, without a budget). Rank 0 decides for every rank."""
+
+    def __init__(self, pacer: Pacer | None, train: dict[str, Any]) -> None:
+        self.pacer, self.t = pacer, train
+        self.clock = pacer.budget.clock if pacer is not None else time.perf_counter
+        self.mark = self.clock()
+
+    def restart(self) -> None:
+        self.mark = self.clock()
+
+    def window(self, steps: int) -> None:
+        if self.pacer is not None:
+            self.pacer.window(steps, self.clock() - self.mark)
+
+    def timed(self, work: Callable[[], None], what: str) -> None:
+        """Run `work`; tell the pacer how long it took (`what`: its method, evaluation or saved)."""
+        start = self.clock()
+        work()
+        if self.pacer is not None:
+            getattr(self.pacer, what)(self.clock() - start)
+
+    def fits_next(self, step: int, ckpt_every: int) -> bool:
+        """Whether the steps after `step` up to the next logging point (and what comes there) fit the budget."""
+        if self.pacer is None:
+            return True
+        t = self.t
+        nxt = min(_next_multiple(step, every) for every in (t["log_every"], t["eval_every"], ckpt_every))
+        nxt = min(nxt, t["steps"])
+        final = nxt == t["steps"]
+        fits = self.pacer.fits(nxt - step, evaluates=final or nxt % t["eval_every"] == 0, final=final)
+        return bool(dist.broadcast_object(fits))
+
+
+def _next_multiple(step: int, every: int) -> int:
+    """The smallest multiple of `every` above `step`."""
+    return (step // every + 1) * every
 
 
 def majority(labels: np.ndarray) -> float:

@@ -1,0 +1,311 @@
+"""One session of a campaign: find where the state folder says it stands, and carry it as far as the time allows.
+
+For each stage in order: a finished one (its folder holds summary.json) is skipped; otherwise its data is drawn
+when absent (all cores), then its run is resumed from `last.pt` or started from the previous stage's `best.pt`
+(train.init_from, read from the state folder), and trained until it ends or the `TimeBudget` is nearly spent. A
+stage that ends is tested, recorded in the results store (its record carries a `campaign` block: the stage, the
+device seconds of the stages before it and its own), and its `last.pt` deleted: what stays is small. A stage whose
+data could not be drawn in the time left waits for the next session.
+
+The state folder then holds exactly what must be committed: `campaign.json` (lra.campaign.ledger), one folder per
+stage begun (config.json with the split hashes, metrics.jsonl, best.pt; last.pt while it runs; summary.json once
+done) and a `.gitignore` for the lock files. Nothing in it is edited by hand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lra.campaign.ledger import check_identity, device_s_before, new_ledger, read_ledger, write_ledger
+from lra.campaign.plan import Stage, plan_stages
+from lra.core import locks
+from lra.core.errors import RunSetupError
+from lra.core.progress import console
+from lra.train.budget import TimeBudget, format_duration
+from lra.train.checkpoint import BEST, LAST, load_checkpoint
+from lra.train.config import config_hash
+from lra.train.rundir import CONFIG, METRICS, SUMMARY, RunDir
+from tasks import build_task
+
+LOCK = "campaign.lock"
+GITIGNORE = "*.lock\n"
+# Core-seconds to draw one image at each resolution (H200 machine: Path-X's 200,000 in 7 min 55 s on 16 cores,
+# Path-64's 84,000 in ~4 min; 32 and 256 px estimated), to judge whether a stage's data fits the time left.
+DRAW_CORE_S = {32: 0.01, 64: 0.046, 128: 0.038, 256: 0.16}
+START_S = 90.0  # a stage needs at least this long after its data: compilation, a first window, a checkpoint
+KEPT = (CONFIG, METRICS, SUMMARY, BEST)  # a finished stage's files
+
+
+@dataclass
+class CampaignOptions:
+    """What `lra campaign` was asked (the identity fields must stay the same over the campaign's sessions)."""
+
+    target: str
+    attn: str
+    state: Path
+    preset: str = "curriculum"
+    seed: int = 0
+    overrides: list[str] = field(default_factory=list)
+    data_dir: str | None = None
+    results: str | None = None
+    device: str | None = None
+    workers: int | None = None
+    record: bool = True
+    from_state: Path | None = None
+    data_only: bool = False  # draw the current stage's data (when absent) and stop: a session's first command
+
+    def identity(self) -> dict[str, Any]:
+        return {"target": self.target, "attn": self.attn, "preset": self.preset, "seed": self.seed,
+                "overrides": list(self.overrides)}  # fmt: skip
+
+
+@contextlib.contextmanager
+def owned(state: Path) -> Iterator[None]:
+    """Hold the state folder's lock for the block: one session at a time."""
+    fd = locks.try_lock(state / LOCK, "lra campaign")
+    if fd is None:
+        raise RunSetupError(f"{state} is in use by {locks.holder(state / LOCK)}; wait for it to end, then run again")
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+def run_campaign(opts: CampaignOptions, budget: TimeBudget | None = None) -> dict[str, Any]:
+    """Carry the campaign one session further; returns the ledger as written."""
+    stages = plan_stages(opts.target, preset=opts.preset, seed=opts.seed, overrides=list(opts.overrides))
+    state = opts.state
+    state.mkdir(parents=True, exist_ok=True)
+    with owned(state):
+        (state / ".gitignore").write_text(GITIGNORE)
+        ledger = read_ledger(state)
+        if ledger is None:
+            ledger = new_ledger(opts.identity(), [s.task for s in stages])
+            if opts.from_state is not None:
+                inherit(ledger, stages, state, opts.from_state)
+        check_identity(ledger, opts.identity(), state)
+        return Session(opts, stages, ledger, budget).run()
+
+
+class Session:
+    """This command's entry in the ledger, and the walk over the stages."""
+
+    def __init__(self, opts: CampaignOptions, stages: list[Stage], ledger: dict[str, Any], budget) -> None:
+        self.opts, self.stages, self.ledger, self.budget = opts, stages, ledger, budget
+        self.clock = budget.clock if budget is not None else time.monotonic
+        self.start = budget.start if budget is not None else self.clock()
+        for old in ledger["sessions"]:
+            if old.get("ended") == "running":
+                old["ended"] = "killed"  # it never wrote its end: the seconds it wrote last stand
+        current = next((s.task for s in stages if not self.dir(s).finished), stages[-1].task)
+        self.entry: dict[str, Any] = {
+            "n": len(ledger["sessions"]) + 1,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "host": socket.gethostname(),
+            "attn": opts.attn,
+            "stage": current,
+            "time_limit_s": None if budget is None else budget.limit_s,
+            "wall_s": 0.0,
+            "ended": "running",
+            "work": [],
+        }
+        ledger["sessions"].append(self.entry)
+        self.save()
+
+    def dir(self, stage: Stage) -> RunDir:
+        return RunDir(self.opts.state / stage.task)
+
+    def save(self) -> None:
+        self.entry["wall_s"] = round(self.clock() - self.start, 3)
+        write_ledger(self.opts.state, self.ledger)
+
+    def run(self) -> dict[str, Any]:
+        ended = "campaign done"
+        try:
+            for stage in self.stages:
+                if self.dir(stage).finished:
+                    self.settle(stage)
+                    continue
+                ended = self.draw_only(stage) if self.opts.data_only else self.work(stage)
+                if ended is not None:
+                    break
+            else:
+                ended = "campaign done"
+        except BaseException as e:
+            self.entry["ended"] = f"error: {type(e).__name__}"
+            self.save()
+            raise
+        self.entry["ended"] = ended
+        self.save()
+        self.report()
+        return self.ledger
+
+    # ---- one stage
+    def work(self, stage: Stage) -> str | None:
+        """Draw, start or resume, train; None when the stage ended (go on), else why the session ends here."""
+        task = build_task(stage.task, data_dir=self.opts.data_dir, **stage.config["data"])
+        started = self.clock()
+        item = {"stage": stage.task, "from_step": self.progress(stage), "to_step": None, "train_s": 0.0,
+                "data_s": 0.0, "wall_s": 0.0}  # fmt: skip
+        draw = 0.0 if task.info()["ready"] else self.draw_estimate(task)
+        if not self.fits(draw + START_S):
+            left = max(0.0, self.budget.remaining())
+            console.print(f"campaign: {stage.task} needs ~{format_duration(draw + START_S)} to start (its data "
+                          f"{format_duration(draw)}), {format_duration(left)} are left: the next session starts it",
+                          highlight=False)  # fmt: skip
+            return "time limit"
+        self.entry["work"].append(item)
+        if draw:
+            task.prepare(workers=self.opts.workers or os.cpu_count() or 1)
+            item["data_s"] = round(self.clock() - started, 3)
+            self.save()
+        out = self.train(stage)
+        session = out.get("session") or (out.get("sessions") or [{}])[-1]
+        item |= {"to_step": out.get("stopped_at", out.get("steps")), "train_s": session.get("train_s", 0.0)}
+        item["wall_s"] = round(self.clock() - started, 3)
+        entry = self.ledger["stages"][stage.task]
+        entry |= {"status": "running", "steps": item["to_step"], "total_steps": stage.steps}
+        entry |= {"config_hash": config_hash(stage.config), "data_hashes": self.data_hashes(stage)}
+        if "stopped_at" in out:
+            self.save()
+            return "time limit" if "time_limit_s" in out else "stopped"
+        self.finish(stage, out)
+        return None
+
+    def draw_only(self, stage: Stage) -> str:
+        """Draw the current stage's data when absent (`--data-only`), counted as that stage's work."""
+        task = build_task(stage.task, data_dir=self.opts.data_dir, **stage.config["data"])
+        started, step = self.clock(), self.progress(stage)
+        item = {"stage": stage.task, "from_step": step, "to_step": step, "train_s": 0.0, "data_s": 0.0, "wall_s": 0.0}
+        self.entry["work"].append(item)
+        if not task.info()["ready"]:
+            task.prepare(workers=self.opts.workers or os.cpu_count() or 1)
+        item["data_s"] = item["wall_s"] = round(self.clock() - started, 3)
+        console.print(f"campaign: {stage.task}'s data is ready ({item['data_s']:.0f} s)", highlight=False)
+        return "data only"
+
+    def train(self, stage: Stage) -> dict[str, Any]:
+        from lra.train.run import train
+
+        rd = self.dir(stage)
+        resume = rd.last.is_file()
+        if not resume:
+            for name in (CONFIG, METRICS, BEST, LAST):  # begun, then killed before its first checkpoint
+                (rd.path / name).unlink(missing_ok=True)
+        what = "resuming" if resume else f"starting{f' from {stage.init_from}' if stage.init_from else ''}"
+        console.print(f"campaign: stage {stage.index}/{len(self.stages)} {stage.task}, {what}", highlight=False)
+        return train(stage.config, self.opts.attn, out_dir=rd.path, resume=resume, data_dir=self.opts.data_dir,
+                     device=self.opts.device, time_budget=self.budget, init_root=self.opts.state)  # fmt: skip
+
+    def finish(self, stage: Stage, summary: dict[str, Any]) -> None:
+        """Record the finished stage (with its campaign block) and keep only its small files."""
+        rd = self.dir(stage)
+        entry = self.ledger["stages"][stage.task]
+        entry |= {"status": "done", "steps": summary["steps"]}
+        entry |= {k: summary["metrics"][k] for k in ("test_acc", "val_acc", "best_step")}
+        self.save()  # the totals now hold this stage's seconds
+        summary["campaign"] = self.block(stage)
+        rd.write_summary(summary)
+        if self.opts.record:
+            from lra.results.store import save_record
+
+            entry["record"] = save_record(summary, self.opts.results).name
+        rd.last.unlink(missing_ok=True)
+        self.save()
+
+    def settle(self, stage: Stage) -> None:
+        """A stage found finished (e.g. its last session was killed after the test): the ledger and files agree."""
+        entry = self.ledger["stages"][stage.task]
+        if entry.get("status") != "done":
+            summary = json.loads((self.dir(stage).path / SUMMARY).read_text(encoding="utf-8"))
+            entry |= {"status": "done", "steps": summary["steps"]}
+            entry |= {k: summary["metrics"][k] for k in ("test_acc", "val_acc", "best_step")}
+        self.dir(stage).last.unlink(missing_ok=True)
+
+    def block(self, stage: Stage) -> dict[str, Any]:
+        """The record's `campaign` block: where the stage sits and what the campaign had spent."""
+        entry = self.ledger["stages"][stage.task]
+        worked = [s for s in self.ledger["sessions"] if any(w["stage"] == stage.task for w in s["work"])]
+        return {
+            "name": self.opts.state.name,
+            "target": self.opts.target,
+            "stage": stage.index,
+            "stages": [s.task for s in self.stages],
+            "init_from": stage.init_from,
+            "device_s_before": device_s_before(self.ledger, stage.task),
+            "device_s": entry.get("device_s", 0.0),
+            "sessions": len(worked),
+        }
+
+    # ---- helpers
+    def progress(self, stage: Stage) -> int:
+        rd = self.dir(stage)
+        return int(load_checkpoint(rd.last)["step"]) if rd.last.is_file() else 0
+
+    def data_hashes(self, stage: Stage) -> dict[str, str]:
+        try:
+            return json.loads((self.dir(stage).path / CONFIG).read_text(encoding="utf-8")).get("data_hashes", {})
+        except (OSError, ValueError):
+            return {}
+
+    def fits(self, seconds: float) -> bool:
+        return self.budget is None or seconds <= self.budget.remaining() - self.budget.margin()
+
+    def draw_estimate(self, task) -> float:
+        """Seconds to draw `task`'s splits on this machine's workers (DRAW_CORE_S)."""
+        workers = self.opts.workers or os.cpu_count() or 1
+        images = sum(task.counts.values())
+        return images * DRAW_CORE_S.get(task.resolution, 0.16) / workers
+
+    def report(self) -> None:
+        totals = self.ledger["totals"]
+        stage = next((s for s in self.stages if not self.dir(s).finished), None)
+        where = (
+            "every stage is done"
+            if stage is None
+            else (
+                f"stage {stage.index}/{len(self.stages)} {stage.task} at step {self.progress(stage)} of {stage.steps}"
+            )
+        )
+        files = sorted(p for p in self.opts.state.rglob("*") if p.is_file() and p.suffix != ".lock")
+        size = sum(p.stat().st_size for p in files)
+        console.print(
+            f"[bold]campaign[/] {self.opts.state}: {where}; session {self.entry['n']} ({self.entry['ended']}, "
+            f"{self.entry['wall_s']:.0f} s); {totals['device_hours']:.2f} device-hours in all. Commit the state "
+            f"folder ({len(files)} files, {size / 2**20:.1f} MiB): git add {self.opts.state}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def inherit(ledger: dict[str, Any], stages: list[Stage], state: Path, source: Path) -> None:
+    """Start a new campaign from another one's finished stages (`--from`): each leading stage that the other
+    campaign finished with the same config is copied (its small files) with the device seconds it cost there."""
+    other = read_ledger(source)
+    if other is None:
+        raise RunSetupError(f"--from {source}: no campaign there ({source / 'campaign.json'} is missing)")
+    shared = []
+    for stage in stages:
+        theirs = RunDir(source / stage.task)
+        if not theirs.finished or other["stages"].get(stage.task, {}).get("config_hash") != config_hash(stage.config):
+            break
+        (state / stage.task).mkdir(parents=True, exist_ok=True)
+        for name in KEPT:
+            if (theirs.path / name).is_file():
+                shutil.copy2(theirs.path / name, state / stage.task / name)
+        entry = {k: v for k, v in other["stages"][stage.task].items() if k not in ("index", "device_s", "train_s")}
+        ledger["stages"][stage.task] |= entry | {"inherited_from": str(source)}
+        ledger["stages"][stage.task]["inherited_device_s"] = other["stages"][stage.task].get("device_s", 0.0)
+        shared.append(stage.task)
+    if not shared:
+        raise RunSetupError(f"--from {source}: it has no finished stage this campaign shares (same task and config)")
+    console.print(f"campaign: {', '.join(shared)} from {source}", highlight=False)

@@ -1,0 +1,92 @@
+"""The stages of a campaign: the target's preset names the stage it starts from (train.init_from: a task, read as a
+folder of the campaign's state), that one the stage before it, and so on back to a stage that starts from scratch.
+
+`configs/path-x.yaml`'s curriculum preset starts from `path-64`, whose preset starts from `pathfinder`: the chain
+Pathfinder-32 -> Path-64 -> Path-X lives in the YAML, one line per link, beside what the paper does there.
+Every stage must build the same model (only the positional table may differ in length: it is upsampled), or one
+could not start from another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lra.core.errors import ConfigError
+from lra.train.config import available_configs, load_config
+
+MAX_STAGES = 8
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage: its 1-based place, its task (also its folder in the state) and its resolved config."""
+
+    index: int
+    task: str
+    config: dict[str, Any]
+
+    @property
+    def init_from(self) -> str | None:
+        return self.config["train"]["init_from"]
+
+    @property
+    def steps(self) -> int:
+        return int(self.config["train"]["steps"])
+
+
+def split_sets(items: list[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """`--set` values into (for every stage, {task: for that stage only}): 'path-x:train.lr=5e-4' is Path-X's."""
+    common: list[str] = []
+    per_stage: dict[str, list[str]] = {}
+    for item in items:
+        key = item.partition("=")[0]
+        if ":" in key:
+            task, _, rest = item.partition(":")
+            if not task or not rest:
+                raise ConfigError(f"--set {item!r}: a stage's setting is TASK:KEY=VALUE, e.g. path-x:train.lr=5e-4")
+            per_stage.setdefault(task, []).append(rest)
+        else:
+            common.append(item)
+    return common, per_stage
+
+
+def plan_stages(target: str, *, preset: str, seed: int, overrides: list[str]) -> list[Stage]:
+    """The stages that lead to `target`, first stage first, each resolved with `preset`, `seed` and `overrides`
+    (`--set` values: 'KEY=VALUE' for every stage, 'TASK:KEY=VALUE' for one)."""
+    common, per_stage = split_sets(overrides)
+    chain: list[tuple[str, dict[str, Any]]] = []
+    task: str | None = target
+    while task is not None:
+        if task in (t for t, _ in chain):
+            raise ConfigError(f"campaign {target}: train.init_from goes round in a circle at {task}")
+        if task not in available_configs():
+            where = f"{chain[-1][0]}'s train.init_from" if chain else "the target"
+            raise ConfigError(f"campaign {target}: {where} names {task!r}, which is no task; known: "
+                              f"{', '.join(available_configs())}")  # fmt: skip
+        config = load_config(task, preset, [*common, *per_stage.get(task, []), f"train.seed={seed}"])
+        chain.append((task, config))
+        task = config["train"]["init_from"]
+        if len(chain) > MAX_STAGES:
+            raise ConfigError(f"campaign {target}: more than {MAX_STAGES} stages; check the train.init_from chain")
+    unknown = sorted(set(per_stage) - {t for t, _ in chain})
+    if unknown:
+        raise ConfigError(f"--set {unknown[0]}:...: {unknown[0]} is no stage of this campaign "
+                          f"({' -> '.join(t for t, _ in reversed(chain))})")  # fmt: skip
+    stages = [Stage(i, t, c) for i, (t, c) in enumerate(reversed(chain), 1)]
+    check_same_model(stages)
+    return stages
+
+
+def check_same_model(stages: list[Stage]) -> None:
+    """Every stage's model settings equal the first's: the weights carry over (positions aside)."""
+    first = stages[0]
+    for stage in stages[1:]:
+        diffs = [k for k in sorted(first.config["model"]) if first.config["model"][k] != stage.config["model"].get(k)]
+        if diffs:
+            key = diffs[0]
+            raise ConfigError(
+                f"campaign: stage {stage.task} builds another model than {first.task} (model.{key}: "
+                f"{stage.config['model'][key]!r} vs {first.config['model'][key]!r}); one starts from the other, so "
+                "their models must match (set it for every stage, or with TASK:model.KEY=... for one)"
+            )

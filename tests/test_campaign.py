@@ -1,0 +1,129 @@
+"""`lra campaign` on tiny sizes: the stages from the presets' init_from chain, a session stopped on time, the next
+one finishing the stage and moving on to the next with its positions upsampled (the same weights as a run started
+by hand from that checkpoint), the ledger's seconds adding up to the records', and the refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from lra.campaign.drive import CampaignOptions, run_campaign
+from lra.campaign.ledger import LEDGER
+from lra.campaign.plan import plan_stages, split_sets
+from lra.cli.main import main
+from lra.core.errors import ConfigError, RunSetupError
+from lra.results.store import load_records
+from lra.train.budget import TimeBudget
+from lra.train.checkpoint import BEST, LAST, load_checkpoint
+from lra.train.run import train
+
+SETS = ["model.pos_emb=learned", "data.num_train=48", "data.num_val=16", "data.num_test=16", "train.batch_size=8",
+        "train.steps=12", "train.eval_every=6", "train.log_every=3", "train.warmup=2",
+        "pathfinder:data.downsample=2", "path-64:data.downsample=2", "path-64:train.init_from=pathfinder"]  # fmt: skip
+
+
+class JumpClock:
+    """Reads 0 until it has been read `reads` times, then an hour later: a budget that runs out mid-stage."""
+
+    def __init__(self, reads: int) -> None:
+        self.left = reads
+
+    def __call__(self) -> float:
+        self.left -= 1
+        return 0.0 if self.left >= 0 else 3600.0
+
+
+def options(tmp_path, **kw) -> CampaignOptions:
+    base = dict(target="path-64", attn="naive", state=tmp_path / "state", preset="tiny", overrides=list(SETS),
+                data_dir=str(tmp_path / "data"), results=str(tmp_path / "results"), device="cpu")  # fmt: skip
+    return CampaignOptions(**{**base, **kw})
+
+
+def test_the_curriculum_chain_comes_from_the_presets():
+    stages = plan_stages("path-x", preset="curriculum", seed=3, overrides=["path-x:train.steps=100"])
+    assert [(s.task, s.init_from) for s in stages] == [("pathfinder", None), ("path-64", "pathfinder"),
+                                                      ("path-x", "path-64")]  # fmt: skip
+    assert [s.steps for s in stages][-1] == 100 and all(s.config["train"]["seed"] == 3 for s in stages)
+    model = stages[0].config["model"]
+    assert (model["layers"], model["dim"], model["heads"], model["pos_emb"]) == (4, 32, 4, "learned")
+    assert [s.task for s in plan_stages("path-256", preset="curriculum", seed=0, overrides=[])] == [
+        "pathfinder", "path-64", "path-256"]  # fmt: skip
+    assert split_sets(["a.b=1", "path-x:c.d=2"]) == (["a.b=1"], {"path-x": ["c.d=2"]})
+    with pytest.raises(ConfigError, match="builds another model"):
+        plan_stages("path-x", preset="curriculum", seed=0, overrides=["path-x:model.layers=2"])
+    with pytest.raises(ConfigError, match="no stage of this campaign"):
+        plan_stages("path-x", preset="curriculum", seed=0, overrides=["path-256:train.steps=5"])
+
+
+def test_a_campaign_stops_on_time_resumes_and_moves_on_with_positions_upsampled(tmp_path, capsys):
+    state = tmp_path / "state"
+    prep = run_campaign(options(tmp_path, data_only=True))["sessions"][0]  # a session's first command: the data
+    assert prep["ended"] == "data only" and [(w["stage"], w["to_step"]) for w in prep["work"]] == [("pathfinder", 0)]
+    assert prep["work"][0]["data_s"] > 0 and not (state / "pathfinder").exists()
+    first = run_campaign(options(tmp_path), TimeBudget(600.0, clock=JumpClock(12)))
+    s1 = first["sessions"][1]
+    assert s1["ended"] == "time limit" and [w["stage"] for w in s1["work"]] == ["pathfinder"]
+    stopped_at = s1["work"][0]["to_step"]
+    assert 0 < stopped_at < 12 and first["stages"]["pathfinder"]["status"] == "running"
+    assert load_checkpoint(state / "pathfinder" / LAST)["step"] == stopped_at
+    assert not (state / "path-64").exists()
+
+    argv = ["campaign", "path-64", "--attn", "naive", "--state", str(state), "--preset", "tiny", "--device", "cpu",
+            "--data-dir", str(tmp_path / "data"), "--results", str(tmp_path / "results")]  # fmt: skip
+    assert main([*argv, *[w for s in SETS for w in ("--set", s)]]) == 0
+    ledger = json.loads((state / LEDGER).read_text())
+    s2 = ledger["sessions"][2]
+    assert s2["ended"] == "campaign done"
+    assert [(w["stage"], w["from_step"], w["to_step"]) for w in s2["work"]] == [
+        ("pathfinder", stopped_at, 12), ("path-64", 0, 12)]  # fmt: skip
+    assert all(ledger["stages"][t]["status"] == "done" for t in ("pathfinder", "path-64"))
+    # What stays to commit: small files, no last.pt of a finished stage.
+    kept = sorted(str(p.relative_to(state)) for p in state.rglob("*") if p.is_file() and p.suffix != ".lock")
+    stage_files = ["best.pt", "config.json", "metrics.jsonl", "summary.json"]
+    assert kept == [".gitignore", LEDGER, *[f"{t}/{f}" for t in ("path-64", "pathfinder") for f in stage_files]]
+
+    # The ledger's seconds: the sessions' device seconds are spread over the stages, and its training seconds are
+    # the records' (each record sums its run's sessions).
+    records = {r["task"]: r for r in load_records(tmp_path / "results")}
+    assert set(records) == {"pathfinder", "path-64"}
+    totals, stages = ledger["totals"], ledger["stages"]
+    assert totals["device_s"] == pytest.approx(sum(s["wall_s"] for s in ledger["sessions"]), abs=1e-3)
+    assert totals["device_s"] == pytest.approx(sum(st["device_s"] for st in stages.values()), abs=1e-2)
+    for task, rec in records.items():
+        assert stages[task]["train_s"] == pytest.approx(rec["metrics"]["train_time_s"], abs=0.01)
+        assert stages[task]["test_acc"] == rec["metrics"]["test_acc"]
+    assert totals["train_s"] == pytest.approx(sum(r["metrics"]["train_time_s"] for r in records.values()), abs=0.02)
+    block = records["path-64"]["campaign"]
+    assert (block["stage"], block["stages"], block["init_from"]) == (2, ["pathfinder", "path-64"], "pathfinder")
+    # (a snapshot taken when the stage ended: the session's last milliseconds count for the stage it began at)
+    assert block["device_s_before"] == pytest.approx(stages["pathfinder"]["device_s"], abs=0.5)
+    assert records["pathfinder"]["campaign"]["sessions"] == 3 and block["sessions"] == 1
+
+    # Stage 2 started from stage 1's best checkpoint, its 16x16 positions upsampled to 32x32: a run started by hand
+    # from that file ends with the same weights, bit for bit; one from scratch does not.
+    pf_pos = load_checkpoint(state / "pathfinder" / BEST)["model"]["encoder.pos"]
+    stage_config = records["path-64"]["config"]
+    assert pf_pos.shape == (1, 256, 32)
+    by_hand = {**stage_config, "train": {**stage_config["train"], "init_from": str(state / "pathfinder" / BEST)}}
+    scratch = {**stage_config, "train": {**stage_config["train"], "init_from": None}}
+    ours = load_checkpoint(state / "path-64" / BEST)["model"]
+    for config, same in ((by_hand, True), (scratch, False)):
+        out = tmp_path / ("by-hand" if same else "scratch")
+        train(config, "naive", device="cpu", out_dir=out, data_dir=tmp_path / "data")
+        theirs = load_checkpoint(out / BEST)["model"]
+        assert theirs["encoder.pos"].shape == (1, 1024, 32)
+        assert all(torch.equal(ours[k], theirs[k]) for k in ours) is same
+
+    # A third session has nothing left to do; other options on the same state are refused.
+    done = run_campaign(options(tmp_path))
+    assert done["sessions"][-1]["ended"] == "campaign done" and done["sessions"][-1]["work"] == []
+    with pytest.raises(RunSetupError, match="started with other options: attn 'naive'"):
+        run_campaign(options(tmp_path, attn="flash"))
+
+    # `--from`: a new campaign takes the finished stages it shares, with what they cost.
+    other = run_campaign(options(tmp_path, state=tmp_path / "other", from_state=state))
+    assert all(other["stages"][t]["inherited_from"] == str(state) for t in ("pathfinder", "path-64"))
+    assert other["totals"]["device_s"] >= ledger["stages"]["pathfinder"]["device_s"] + stages["path-64"]["device_s"]
+    assert (tmp_path / "other" / "path-64" / BEST).is_file() and other["sessions"][-1]["work"] == []
