@@ -31,7 +31,7 @@ WEIGHTS_METRICS = {"pairs": {"naive vs flash": {"steps": [100]}}, "ratios": {}}
 def run_facts(**changes):
     facts = dict(task="image", backend="naive", preset="tiny", steps=250, seq_len=1024, world_size=1)
     facts |= dict(metrics=RUN_METRICS, config=CONFIG, config_hash="f3119852e27a", compile=MAX)
-    facts |= dict(attention_dropout_applied=None, history=HISTORY, run_dir="/tmp/r/naive-tiny-s0", env=ENV)
+    facts |= dict(attention_dropout_applied=None, history=HISTORY, sessions=[], run_dir="/tmp/r/naive-tiny-s0", env=ENV)
     return facts | changes
 
 
