@@ -14,7 +14,6 @@ a step's time is the slowest rank's, tokens/s counts the global batch, and the r
 
 from __future__ import annotations
 
-import copy
 import statistics
 import time
 from typing import Any
@@ -23,15 +22,16 @@ import numpy as np
 import torch
 
 from lra.core.environment import environment
-from lra.core.errors import is_oom
+from lra.core.errors import ConfigError, RunSetupError, is_oom
 from lra.core.hashing import stable_hash
 from lra.core.progress import make_progress, progress_line
 from lra.train import distributed as dist
 from lra.train.compiled import resolve_mode
-from lra.train.config import load_config
+from lra.train.config import RunConfig, load_config
 from lra.train.device import resolve_device
 from lra.train.feed import Feed, TrainBatches, place_split
-from lra.train.trainer import Trainer, build_trainer, cannot_run, dropout_field
+from lra.train.gate import gate
+from lra.train.trainer import Trainer, build_trainer, dropout_field
 from tasks import build_task
 from tasks.registry import Split, Task
 
@@ -57,9 +57,9 @@ def _timed_step(trainer: Trainer, batches: TrainBatches) -> float:
     return ms
 
 
-def default_modes(cfg: dict[str, Any], device: torch.device) -> list[str]:
+def default_modes(cfg: RunConfig, device: torch.device) -> list[str]:
     """Eager and the config's own train.compile as it resolves on `device` (just eager where that is none)."""
-    return list(dict.fromkeys(["none", resolve_mode(cfg["train"]["compile"], device)]))
+    return list(dict.fromkeys(["none", resolve_mode(cfg.train.compile, device)]))
 
 
 def bench_train(
@@ -94,18 +94,17 @@ def bench_train(
         for seq in lengths:
             extra = [f"data.max_length={seq}"] if seq else []
             cfg = load_config(task_name, preset, list(overrides or []) + extra)
-            task = build_task(cfg["task"], data_dir=data_dir, **cfg["data"])
+            task = build_task(cfg.task, data_dir=data_dir, **cfg.data)
             split = _synthetic_split(task, cfg) if synthetic else task.load("train")
-            feed = place_split(split, dev, placement=cfg["train"]["data_placement"], pair=task.pair,
+            feed = place_split(split, dev, placement=cfg.train.data_placement, pair=task.pair,
                                vocab_size=task.vocab_size)  # fmt: skip
             for backend in backends:
                 progress.update(bar, description=f"bench train {task_name} N={task.seq_len} {backend}")
                 for mode in compile_modes or default_modes(cfg, dev):
-                    mode_cfg = copy.deepcopy(cfg)
-                    mode_cfg["train"]["compile"] = mode
+                    mode_cfg = cfg.with_settings([f"train.compile={mode}"])
                     rec = _record(mode_cfg, task, backend, synthetic=synthetic, timed_steps=steps, env=env)
                     rec["data_on_device"] = feed.resident
-                    reason = cannot_run(cfg, backend, dev, seq_len=task.seq_len)
+                    reason = _refusal(cfg, backend, dev, data_dir)
                     if reason:
                         rec.update(status=f"unsupported: {reason}", metrics={}, compile=_requested(mode, dev))
                     else:
@@ -120,6 +119,15 @@ def bench_train(
     return records
 
 
+def _refusal(cfg: RunConfig, backend: str, dev: torch.device, data_dir: str | None) -> str | None:
+    """Why the run's gate refuses `backend` here (a bench row says so instead of stopping), or None."""
+    try:
+        gate(cfg, backend, dev, world_size=dist.world_size(), data_dir=data_dir)
+    except (ConfigError, RunSetupError) as e:
+        return str(e)
+    return None
+
+
 def _requested(mode: str, dev: torch.device) -> dict[str, Any]:
     return {"mode": resolve_mode(mode, dev), "requested": mode, "fallback": None}
 
@@ -129,13 +137,13 @@ def _record(cfg, task: Task, backend: str, *, synthetic: bool, timed_steps: int,
     (train.compile, data placement) included: for a benchmark they are what decides the result."""
     return {
         "kind": "bench_train",
-        "task": cfg["task"],
+        "task": cfg.task,
         "backend": backend,
-        "preset": cfg["preset"],
+        "preset": cfg.preset,
         "seq_len": task.seq_len,
-        "batch_size": cfg["train"]["batch_size"],
-        "config": cfg,
-        "config_hash": stable_hash(cfg),
+        "batch_size": cfg.train.batch_size,
+        "config": cfg.to_dict(),
+        "config_hash": stable_hash(cfg.to_dict()),
         "timed_steps": timed_steps,
         "world_size": dist.world_size(),
         "data": "synthetic full-length tokens" if synthetic else "task data",
@@ -159,8 +167,8 @@ def _add_speedups(records: list[dict[str, Any]]) -> None:
                 m[key] = m["steps_per_s"] / base["metrics"]["steps_per_s"]
 
 
-def _synthetic_split(task: Task, cfg: dict[str, Any]) -> Split:
-    n = 4 * cfg["train"]["batch_size"]
+def _synthetic_split(task: Task, cfg: RunConfig) -> Split:
+    n = 4 * cfg.train.batch_size
     shape = (n, 2, task.seq_len) if task.pair else (n, task.seq_len)
     rng = np.random.default_rng(0)
     return Split(rng.integers(1, task.vocab_size, size=shape), rng.integers(0, task.num_classes, size=n))
@@ -172,11 +180,11 @@ def _measure(cfg, task: Task, feed: Feed, backend: str, dev: torch.device, *, st
     The first step holds compilation (and CUDA-graph recording follows in the next ones): `compile_s` is the first
     step's time minus a steady step's, `first_step_ms` the first step itself.
     """
-    t = cfg["train"]
+    t = cfg.train
     trainer = batches = None
     try:
         trainer = build_trainer(cfg, task, backend, dev)
-        batches = TrainBatches(feed, batch_size=t["batch_size"], seed=t["seed"], rank=dist.rank(),
+        batches = TrainBatches(feed, batch_size=t.batch_size, seed=t.seed, rank=dist.rank(),
                                world=dist.world_size())  # fmt: skip
         if dev.type == "cuda":
             torch.cuda.empty_cache()

@@ -12,6 +12,7 @@ EPILOG = """examples:
   lra run listops --attn flash                    the LRA config on a GPU
   lra run path-x --attn block_sparse_flash --set train.steps=1000
   lra run listops --attn flash --results leaderboard/results      add the record to the curated set
+every setting of --set, with its type, range, default and doc: lra list settings
 """
 
 
@@ -64,6 +65,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides.append(f"train.seed={args.seed}")
     config = load_config(args.task, args.preset, overrides)  # bad settings fail here, before any process starts
     check_nproc(args.nproc)
+    from lra.train.device import resolve_device
+    from lra.train.gate import gate
+
+    plan = gate(config, args.attn, resolve_device(args.device), world_size=args.nproc, data_dir=args.data_dir)
     if args.nproc > 1:
         from lra.train.launch import launch_local
 
@@ -82,6 +87,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             resume=args.resume,
             data_dir=args.data_dir,
             stop_after=args.stop_after,
+            plan=plan,
         )
         main_rank = dist.is_main()
     finally:

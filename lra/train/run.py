@@ -29,11 +29,12 @@ from lra.model import load_init
 from lra.train import distributed as dist
 from lra.train import rundir
 from lra.train.checkpoint import BEST, LAST, load_checkpoint
-from lra.train.config import config_hash
+from lra.train.config import RunConfig, config_hash
 from lra.train.device import resolve_device
 from lra.train.display import Throughput, Window, stats_text, train_progress
 from lra.train.feed import Feed, TrainBatches, place_split
-from lra.train.trainer import Trainer, build_trainer, cannot_run, dropout_field
+from lra.train.gate import RunPlan, gate
+from lra.train.trainer import Trainer, build_trainer, dropout_field
 from tasks import build_task
 from tasks.registry import SPLITS, Split, Task
 
@@ -55,7 +56,7 @@ class RunState:
 
 
 def train(
-    config: dict[str, Any],
+    config: RunConfig,
     backend: str,
     *,
     out_dir: PathLike | None = None,
@@ -66,6 +67,7 @@ def train(
     stop_after: int | None = None,
     on_eval: OnEval | None = None,
     cpu_amp: bool = False,
+    plan: RunPlan | None = None,
 ) -> dict[str, Any]:
     """Train and test `backend` on `config`'s task; returns the summary (also written to the run directory).
 
@@ -73,12 +75,11 @@ def train(
     `out_dir` or the newest unfinished run of the same task, backend, preset and seed. `stop_after` ends this call
     after that many steps as a kill would (tests of resume) and returns {"stopped_at", "run_dir"}. `on_eval(step,
     model)` is called at every evaluation (the numerics study snapshots weights there). `cpu_amp` applies train.amp
-    on the CPU too.
+    on the CPU too. `plan`: what `lra.train.gate.gate` resolved for this run (None: the gate runs here).
     """
     dev = resolve_device(device)
-    reason = cannot_run(config, backend, dev)
-    if reason:
-        raise RunSetupError(reason)
+    if plan is None:
+        gate(config, backend, dev, world_size=dist.world_size(), data_dir=data_dir)  # the one check of the backend
     if not resume and out_dir is not None:
         rundir.check_unused(out_dir)
     where = {"out_dir": out_dir, "runs_root": runs_root}
@@ -93,7 +94,7 @@ def train(
 
 
 def _train(
-    config: dict[str, Any],
+    config: RunConfig,
     backend: str,
     run_dir: rundir.RunDir | None,
     *,
@@ -106,20 +107,18 @@ def _train(
 ) -> dict[str, Any]:
     """`train()` once the run directory to resume (or None: a new one) is known and owned."""
     resume = run_dir is not None
-    task = build_task(config["task"], data_dir=data_dir, **config["data"])
-    reason = cannot_run(config, backend, dev, seq_len=task.seq_len)  # now with the length: can the scores fit?
-    if reason:
-        raise RunSetupError(reason)
+    task = build_task(config.task, data_dir=data_dir, **config.data)
     splits = {name: task.load(name) for name in SPLITS}
     trainer = build_trainer(config, task, backend, dev, cpu_amp=cpu_amp)
-    feeds = place_splits(splits, task, dev, config["train"]["data_placement"])
+    feeds = place_splits(splits, task, dev, config.train.data_placement)
     chash = config_hash(config)
     if run_dir is not None:
         state = _restore(trainer, run_dir, chash)
     else:
         state = RunState()
-        _init_from(trainer.model, config["train"]["init_from"])
-        payload = {"config": config, "backend": backend, "config_hash": chash, "world_size": dist.world_size()}
+        _init_from(trainer.model, config.train.init_from)
+        payload = {"config": config.to_dict(), "backend": backend, "config_hash": chash}
+        payload["world_size"] = dist.world_size()
         run_dir = rundir.on_main(rundir.create, config, backend, payload, **where)
     parts = {"task": task, "splits": splits, "feeds": feeds, "trainer": trainer, "run_dir": run_dir, "state": state}
     run = _Run(config, backend, **parts, on_eval=on_eval)
@@ -166,7 +165,7 @@ class _Run:
 
     def __init__(
         self,
-        config: dict[str, Any],
+        config: RunConfig,
         backend: str,
         *,
         task: Task,
@@ -177,16 +176,16 @@ class _Run:
         state: RunState,
         on_eval: OnEval | None,
     ) -> None:
-        self.config, self.t, self.backend = config, config["train"], backend
+        self.config, self.t, self.backend = config, config.train, backend
         self.task, self.splits, self.feeds, self.trainer = task, splits, feeds, trainer
         where = {"rank": dist.rank(), "world": dist.world_size()}
-        self.batches = TrainBatches(feeds["train"], batch_size=self.t["batch_size"], seed=self.t["seed"], **where)
+        self.batches = TrainBatches(feeds["train"], batch_size=self.t.batch_size, seed=self.t.seed, **where)
         self.dir, self.state = run_dir, state
         self.on_eval = on_eval
         self.last = (math.nan, math.nan)  # the last window's mean loss and accuracy
         self.main = dist.is_main()
         self.seq_tokens = task.seq_len * (2 if task.pair else 1)
-        self.info = f"{config['task']} / {backend} / preset {config['preset']} on {trainer.device}"
+        self.info = f"{config.task} / {backend} / preset {config.preset} on {trainer.device}"
         self.clock = time.perf_counter()
 
     def announce(self, resumed: bool) -> None:
@@ -200,7 +199,7 @@ class _Run:
         for note in dropout_notes(self.trainer.model):
             console.print(f"note: {note}", highlight=False)
         if resumed:
-            console.print(f"resuming at step {self.trainer.global_step} of {self.t['steps']}")
+            console.print(f"resuming at step {self.trainer.global_step} of {self.t.steps}")
 
     def _tick(self) -> None:
         """Add the wall-clock time since the last tick to the run's training time."""
@@ -211,21 +210,21 @@ class _Run:
     def loop(self, stop_after: int | None) -> bool:
         """Train to the last step (True), or stop after `stop_after` steps of this call (False)."""
         t, trainer = self.t, self.trainer
-        ckpt_every = t["checkpoint_every"] or t["eval_every"]
+        ckpt_every = t.checkpoint_every or t.eval_every
         window, timer = Window(trainer.device), Throughput(self.state)
         if trainer.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(trainer.device)
         with train_progress(disable=not self.main) as progress:
-            bar = progress.add_task("train", total=t["steps"], completed=trainer.global_step, stats="")
-            budget = t["steps"] if stop_after is None else stop_after
-            while trainer.global_step < t["steps"] and budget > 0:
+            bar = progress.add_task("train", total=t.steps, completed=trainer.global_step, stats="")
+            budget = t.steps if stop_after is None else stop_after
+            while trainer.global_step < t.steps and budget > 0:
                 batch = self.batches(trainer.global_step)
                 window.add(trainer.step(batch.tokens, batch.labels, batch.padded))
                 budget -= 1
                 step = trainer.global_step
-                at_eval = step % t["eval_every"] == 0 or step == t["steps"]
-                at_ckpt = step % ckpt_every == 0 or step == t["steps"]
-                if not (step % t["log_every"] == 0 or at_eval or at_ckpt):
+                at_eval = step % t.eval_every == 0 or step == t.steps
+                at_ckpt = step % ckpt_every == 0 or step == t.steps
+                if not (step % t.log_every == 0 or at_eval or at_ckpt):
                     continue
                 self.log(window, timer)
                 progress.update(bar, completed=step, stats=stats_text(*self.last, timer.rate))
@@ -234,13 +233,13 @@ class _Run:
                 if at_ckpt:
                     self.checkpoint()
                 timer.restart()
-        return trainer.global_step >= t["steps"]
+        return trainer.global_step >= t.steps
 
     def log(self, window: Window, timer: Throughput) -> None:
         """Close the logging window: mean loss and accuracy on all ranks; a non-finite loss stops the run."""
         step = self.trainer.global_step
         loss, acc, steps = window.collect()
-        timer.close(steps, final=step == self.t["steps"])
+        timer.close(steps, final=step == self.t.steps)
         if not math.isfinite(loss):
             last = self.dir.last if self.dir.last.is_file() else "none"
             raise NonFiniteLossError(
@@ -253,12 +252,12 @@ class _Run:
     def evaluate(self, out) -> None:
         """Validate, record the history and thresholds, keep the best checkpoint."""
         step, state = self.trainer.global_step, self.state
-        limit = self.t["eval_batches"] * self.t["batch_size"]  # eval_batches counts training batches
+        limit = self.t.eval_batches * self.t.batch_size  # eval_batches counts training batches
         val = self.trainer.evaluate(self.feeds["val"], limit=limit)
         self._tick()
         entry = {"step": step, "train_loss": self.last[0], "train_acc": self.last[1], "val_loss": val["loss"]}
         state.history.append({**entry, "val_acc": val["acc"], "time": round(state.train_time, 3)})
-        for thr in self.t["acc_thresholds"]:
+        for thr in self.t.acc_thresholds:
             if val["acc"] >= thr and str(thr) not in state.thresholds:
                 state.thresholds[str(thr)] = round(state.train_time, 3)
         if self.on_eval is not None:
@@ -313,7 +312,7 @@ class _Run:
             "val_acc": state.best_val_acc,
             "best_step": state.best_step,
             "steps_per_s": steps_per_s,
-            "tokens_per_s": steps_per_s * t["batch_size"] * self.seq_tokens,
+            "tokens_per_s": steps_per_s * t.batch_size * self.seq_tokens,
             "peak_mem_mb": torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None,
             "train_time_s": state.train_time,
             "time_to_acc_s": dict(state.thresholds),
@@ -321,14 +320,14 @@ class _Run:
         }
         return {
             "kind": "run",
-            "task": self.config["task"],
+            "task": self.config.task,
             "backend": self.backend,
-            "preset": self.config["preset"],
+            "preset": self.config.preset,
             "steps": self.trainer.global_step,
             "seq_len": self.task.seq_len,
             "world_size": dist.world_size(),
             "metrics": metrics,
-            "config": self.config,
+            "config": self.config.to_dict(),
             "config_hash": config_hash(self.config),
             "compile": self.trainer.loss.effective(),
             **dropout_field(self.trainer.model),
