@@ -38,8 +38,13 @@ from lra.train.settings import (
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
-# Derived from the declarations (lra.train.settings), kept here for the readers of records.
-SPEED_SETTINGS = tuple(flagged(TrainSettings, "speed"))  # change how fast a run goes, not its result
+
+def speed_settings() -> tuple[str, ...]:
+    """The train settings declared `speed`: they change how fast a run goes, not its result."""
+    return tuple(flagged(sections()["train"], "speed"))
+
+
+SPEED_SETTINGS = speed_settings()  # the same, for readers of stored records (lra.results.aggregate)
 
 # Settings added later that stay out of the hash while they hold this value (what every earlier run did): a config
 # that leaves them there hashes as it did before they existed, so the hashes stored in existing records still match.
@@ -280,7 +285,7 @@ def plain(config: RunConfig | dict[str, Any]) -> dict[str, Any]:
 def outcome_config(config: RunConfig | dict[str, Any]) -> dict[str, Any]:
     """`config` without the train settings that change speed only (SPEED_SETTINGS): what decides the result."""
     config = comparable(config)
-    train = {k: v for k, v in config["train"].items() if k not in SPEED_SETTINGS}
+    train = {k: v for k, v in config["train"].items() if k not in speed_settings()}
     return {**config, "train": train}
 
 

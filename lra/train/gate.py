@@ -36,9 +36,7 @@ class RunPlan:
     attention_dropout: float
 
 
-def gate(
-    config: RunConfig, backend: str, device: str | torch.device, *, world_size: int = 1, data_dir=None
-) -> RunPlan:
+def gate(config: RunConfig, backend: str, device: str | torch.device, *, world_size: int = 1, data_dir=None) -> RunPlan:
     """The plan of `config` trained with `backend` on `device` in `world_size` processes, or the one reason it
     cannot run (a ConfigError or RunSetupError that says what would)."""
     caps = BACKENDS.get(backend).capabilities  # an unknown name fails here, naming the closest
