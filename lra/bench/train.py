@@ -199,7 +199,7 @@ def _measure(cfg, task: Task, feed: Feed, backend: str, dev: torch.device, *, st
             "metrics": {
                 "ms_per_step": ms,
                 "steps_per_s": sps,
-                "tokens_per_s": sps * t["batch_size"] * task.seq_len * (2 if task.pair else 1),
+                "tokens_per_s": sps * t.batch_size * task.seq_len * (2 if task.pair else 1),
                 "peak_mem_mb": torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None,
                 "ms_spread": [min(times[warmup:]), max(times[warmup:])],
                 "first_step_ms": times[0],
@@ -207,10 +207,10 @@ def _measure(cfg, task: Task, feed: Feed, backend: str, dev: torch.device, *, st
             },
         }
     except (ValueError, NotImplementedError) as e:  # a backend that refuses this config at build or forward time
-        return {"status": f"unsupported: {e}", "metrics": {}, "compile": _requested(t["compile"], dev)}
+        return {"status": f"unsupported: {e}", "metrics": {}, "compile": _requested(t.compile, dev)}
     except Exception as e:
         if is_oom(e):
-            return {"status": "oom", "metrics": {}, "compile": _requested(t["compile"], dev)}
+            return {"status": "oom", "metrics": {}, "compile": _requested(t.compile, dev)}
         raise
     finally:
         if batches is not None:
