@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import pickle
 import re
 import sys
 from pathlib import Path
@@ -70,6 +71,7 @@ def test_the_config_is_frozen_and_variants_are_checked_like_any_config(tmp_path)
                                  "attention": {"naive": {"scale": 0.5}}}  # fmt: skip
     with pytest.raises(ConfigError, match="^train.lr = 0 is not valid"):
         config.with_settings(["train.lr=0"])
+    assert pickle.loads(pickle.dumps(variant)) == variant  # worker processes receive configs
 
 
 @pytest.mark.parametrize(

@@ -184,6 +184,10 @@ class RunConfig:
         rest = {"data": freeze(plain["data"]), "attention": freeze(plain["attention"])}
         return cls(task=plain["task"], preset=plain.get("preset", "default"), **rest, **built)
 
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        """Pickled as its plain dict (read-only mappings do not pickle): worker processes get configs too."""
+        return (RunConfig.from_dict, (self.to_dict(),))
+
     def to_dict(self) -> dict[str, Any]:
         """The plain config as records store it and as the config hash has always been computed."""
         out: dict[str, Any] = {"task": self.task, "data": thaw(self.data)}
