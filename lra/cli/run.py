@@ -65,14 +65,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides.append(f"train.seed={args.seed}")
     config = load_config(args.task, args.preset, overrides)  # bad settings fail here, before any process starts
     check_nproc(args.nproc)
-    from lra.train.device import resolve_device
-    from lra.train.gate import gate
-
-    plan = gate(config, args.attn, resolve_device(args.device), world_size=args.nproc, data_dir=args.data_dir)
     if args.nproc > 1:
+        from lra.train.device import resolve_device
+        from lra.train.gate import gate
         from lra.train.launch import launch_local
 
-        return launch_local(args.nproc, args.argv)
+        gate(config, args.attn, resolve_device(args.device), world_size=args.nproc, data_dir=args.data_dir)  # once
+        return launch_local(args.nproc, args.argv)  # each worker's train() passes the same gate
     from lra.train import distributed as dist
     from lra.train.run import train
 
@@ -87,7 +86,6 @@ def cmd_run(args: argparse.Namespace) -> int:
             resume=args.resume,
             data_dir=args.data_dir,
             stop_after=args.stop_after,
-            plan=plan,
         )
         main_rank = dist.is_main()
     finally:

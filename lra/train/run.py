@@ -33,7 +33,7 @@ from lra.train.config import RunConfig, config_hash
 from lra.train.device import resolve_device
 from lra.train.display import Throughput, Window, stats_text, train_progress
 from lra.train.feed import Feed, TrainBatches, place_split
-from lra.train.gate import RunPlan, gate
+from lra.train.gate import gate
 from lra.train.trainer import Trainer, build_trainer, dropout_field
 from tasks import build_task
 from tasks.registry import SPLITS, Split, Task
@@ -67,7 +67,6 @@ def train(
     stop_after: int | None = None,
     on_eval: OnEval | None = None,
     cpu_amp: bool = False,
-    plan: RunPlan | None = None,
 ) -> dict[str, Any]:
     """Train and test `backend` on `config`'s task; returns the summary (also written to the run directory).
 
@@ -75,11 +74,10 @@ def train(
     `out_dir` or the newest unfinished run of the same task, backend, preset and seed. `stop_after` ends this call
     after that many steps as a kill would (tests of resume) and returns {"stopped_at", "run_dir"}. `on_eval(step,
     model)` is called at every evaluation (the numerics study snapshots weights there). `cpu_amp` applies train.amp
-    on the CPU too. `plan`: what `lra.train.gate.gate` resolved for this run (None: the gate runs here).
+    on the CPU too. The run gate (lra.train.gate) is passed first, once, before anything is read or written.
     """
     dev = resolve_device(device)
-    if plan is None:
-        gate(config, backend, dev, world_size=dist.world_size(), data_dir=data_dir)  # the one check of the backend
+    gate(config, backend, dev, world_size=dist.world_size(), data_dir=data_dir)
     if not resume and out_dir is not None:
         rundir.check_unused(out_dir)
     where = {"out_dir": out_dir, "runs_root": runs_root}
