@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -200,7 +200,7 @@ class RunConfig:
         """The `attention: {backend: {...}}` options of `backend` ({} when the config sets none)."""
         return thaw(self.attention.get(backend) or {})
 
-    def with_settings(self, overrides: list[str] = (), *, overlay: dict[str, Any] | None = None) -> RunConfig:
+    def with_settings(self, overrides: Sequence[str] = (), *, overlay: dict[str, Any] | None = None) -> RunConfig:
         """A variant of this config, built before it is checked as any config is: `--set`-style `overrides`
         ('train.seed=1') and a nested `overlay` ({"attention": {"flash": {"block_m": 64}}}) applied in that order."""
         plain = self.to_dict()
