@@ -19,6 +19,7 @@ from torch import nn
 
 from attention_impls.masking import safe_key_mask, score_dtype, zero_padded_outputs
 from lra.core.dtypes import dtype_name
+from lra.core.environment import triton_interpreting
 from lra.core.errors import ConfigError
 from lra.core.registry import Registry
 
@@ -92,8 +93,11 @@ class AttentionBackend(nn.Module):
 
     def __init__(self, heads: int, head_dim: int, seq_len: int, dropout: float = 0.0, scale: float | None = None):
         super().__init__()
-        if not 0.0 <= float(dropout) < 1.0:
+        if not 0.0 <= float(dropout) < 1.0:  # a module built by hand; a run's config was checked by its declaration
             raise ValueError(f"attention dropout must be in [0, 1), got {dropout}")
+        refusal = dropout_refusal(getattr(self, "name", type(self).__name__), dropout, self.capabilities)
+        if refusal:
+            raise ConfigError(refusal)
         self.heads = heads
         self.head_dim = head_dim
         self.seq_len = seq_len
@@ -186,16 +190,9 @@ def build_attention(
     options: dict[str, Any] | None = None,
 ) -> AttentionBackend:
     """Build the backend `name` for a model shape; unknown options fail with the valid ones, and attention dropout
-    asked of a backend that has none and no reference code without it fails rather than being ignored (see
-    `Capabilities.dropout_reference` for the backends that train without it, as their reference code does)."""
-    refusal = dropout_refusal(name, dropout)
-    if refusal:
-        raise ConfigError(refusal)
+    asked of a backend that has none and no reference code without it fails rather than being ignored (the
+    module's own check, `dropout_refusal`; a run meets the same rule earlier, in lra.train.gate)."""
     return BACKENDS.build(name, options, heads=heads, head_dim=head_dim, seq_len=seq_len, dropout=dropout)
-
-
-def triton_interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def mask_refusal(name: str, pads_inside: bool) -> str | None:
@@ -209,12 +206,13 @@ def mask_refusal(name: str, pads_inside: bool) -> str | None:
     )
 
 
-def dropout_refusal(name: str, dropout: float | None) -> str | None:
-    """Why backend `name` cannot train with attention dropout `dropout` (and what would), or None if it can.
+def dropout_refusal(name: str, dropout: float | None, caps: Capabilities | None = None) -> str | None:
+    """Why backend `name` (of capabilities `caps`, default: the registered ones) cannot train with attention dropout
+    `dropout` (and what would), or None if it can.
 
     The one rule: a backend that applies attention dropout, or applies none as its reference code does
     (`Capabilities.dropout_reference`; it trains without, and the run says so), can; any other is refused."""
-    caps = BACKENDS.get(name).capabilities
+    caps = caps or BACKENDS.get(name).capabilities
     if not dropout or caps.dropout or caps.dropout_reference:
         return None
     peers = [n for n, c in BACKENDS.items() if c.capabilities.dropout and c.capabilities.exact == caps.exact]

@@ -70,21 +70,20 @@ def sinusoidal_positions(n: int, dim: int) -> torch.Tensor:
 class Encoder(nn.Module):
     """Embeds tokens and runs the blocks; returns one pooled vector per sequence."""
 
-    def __init__(
-        self, model: dict[str, Any], backend: str, *, vocab_size: int, seq_len: int, attn_options: dict
-    ) -> None:
+    def __init__(self, model: Any, backend: str, *, vocab_size: int, seq_len: int, attn_options: dict) -> None:
+        """`model`: the config's model section (lra.train.settings.ModelSettings, read by attribute)."""
         super().__init__()
-        dim, heads = model["dim"], model["heads"]
-        head_dim = model["head_dim"] or dim // heads
-        self.pool = model["pool"]
+        dim, heads = model.dim, model.heads
+        head_dim = model.head_dim or dim // heads
+        self.pool = model.pool
         self.seq_len = seq_len
         self.embed = nn.Embedding(vocab_size, dim, padding_idx=0)
-        if model["embed_std"] != 1.0:
+        if model.embed_std != 1.0:
             with torch.no_grad():
-                self.embed.weight.normal_(0.0, model["embed_std"])
+                self.embed.weight.normal_(0.0, model.embed_std)
                 self.embed.weight[0].zero_()
         self.cls = nn.Parameter(torch.zeros(1, 1, dim)) if self.pool == "cls" else None
-        if model["pos_emb"] == "learned":
+        if model.pos_emb == "learned":
             self.pos = nn.Parameter(torch.randn(1, seq_len, dim) * 0.02)
         else:
             self.register_buffer("pos", sinusoidal_positions(seq_len, dim), persistent=False)
@@ -93,13 +92,13 @@ class Encoder(nn.Module):
         self.blocks = nn.ModuleList(
             Block(
                 dim,
-                mlp_dim=model["mlp_dim"],
-                dropout=model["dropout"],
-                attn=MultiHeadAttention(dim, dropout=model["attention_dropout"], **attn),
+                mlp_dim=model.mlp_dim,
+                dropout=model.dropout,
+                attn=MultiHeadAttention(dim, dropout=model.attention_dropout, **attn),
             )
-            for _ in range(model["layers"])
+            for _ in range(model.layers)
         )
-        self.drop = nn.Dropout(model["dropout"])
+        self.drop = nn.Dropout(model.dropout)
         self.norm = nn.LayerNorm(dim)
 
     def forward(self, tokens: torch.Tensor, padded: bool | None = None) -> torch.Tensor:
@@ -135,15 +134,16 @@ class Classifier(nn.Module):
     """Encoder + MLP head. For two-document tasks the head sees [e1, e2, e1*e2, e1-e2]."""
 
     def __init__(
-        self, config: dict[str, Any], backend: str, *, vocab_size: int, seq_len: int, num_classes: int, pair: bool
+        self, config: Any, backend: str, *, vocab_size: int, seq_len: int, num_classes: int, pair: bool
     ) -> None:
+        """`config`: a validated run config (lra.train.config.RunConfig: its model section and backend options)."""
         super().__init__()
-        model = config["model"]
+        model = config.model
         self.pair = pair
-        options = dict(config["attention"].get(backend) or {})
+        options = config.options_of(backend)
         self.encoder = Encoder(model, backend, vocab_size=vocab_size, seq_len=seq_len, attn_options=options)
-        dim = model["dim"]
-        hidden = model["classifier_dim"] or model["mlp_dim"]
+        dim = model.dim
+        hidden = model.classifier_dim or model.mlp_dim
         self.head = nn.Sequential(
             nn.Linear(4 * dim if pair else dim, hidden), nn.ReLU(), nn.Linear(hidden, num_classes)
         )
@@ -164,7 +164,7 @@ def padding_flags(tokens: torch.Tensor | np.ndarray, *, pair: bool) -> tuple[boo
     return tuple(bool((d == 0).any()) for d in docs)
 
 
-def build_model(config: dict[str, Any], backend: str, *, vocab_size: int, seq_len: int, num_classes: int, pair: bool):
+def build_model(config: Any, backend: str, *, vocab_size: int, seq_len: int, num_classes: int, pair: bool):
     """The classifier for a resolved config and a task's shape, with the attention backend `backend`."""
     return Classifier(config, backend, vocab_size=vocab_size, seq_len=seq_len, num_classes=num_classes, pair=pair)
 

@@ -211,9 +211,9 @@ def test_listops_export_reads_back(tmp_path):
     from tasks import build_task
 
     cfg = load_config("listops", "tiny")
-    generated = build_task("listops", data_dir=data, **cfg["data"]).load("val")
-    cfg["data"]["source"] = str(tmp_path / "tsv")
-    read = build_task("listops", data_dir=data, **cfg["data"]).load("val")
+    generated = build_task("listops", data_dir=data, **cfg.data).load("val")
+    cfg = cfg.with_settings([f"data.source={tmp_path / 'tsv'}"])
+    read = build_task("listops", data_dir=data, **cfg.data).load("val")
     assert (generated.tokens == read.tokens).all() and (generated.labels == read.labels).all()
 
 

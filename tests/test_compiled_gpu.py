@@ -54,13 +54,11 @@ CASES = [("naive", "none"), ("flash", "none"), ("sdpa_mem_efficient", "none"), (
 def _compare(backend: str, amp: str, mode: str):
     """Eager and compiled runs of the same four steps: (tolerances, eager results, compiled results)."""
     cfg = load_config("listops", "tiny", [*SETS, f"train.amp={amp}"])
-    task = build_task(cfg["task"], **cfg["data"])
+    task = build_task(cfg.task, **cfg.data)
     batches = _batches(task, 4, 16)
-    cfg["train"]["compile"] = "none"
-    want = _run(cfg, task, backend, batches)
+    want = _run(cfg.with_settings(["train.compile=none"]), task, backend, batches)
     counters.clear()
-    cfg["train"]["compile"] = mode
-    got = _run(cfg, task, backend, batches)
+    got = _run(cfg.with_settings([f"train.compile={mode}"]), task, backend, batches)
     assert got[0].loss.compiled and got[0].loss.fallback is None
     assert counters["inductor"]["cudagraph_skips"] == 0
     assert counters["inductor"]["fuse_attention"] == 0  # naive stays materialised attention

@@ -62,12 +62,11 @@ def _steps(cfg, task, backend: str, batches):
 @pytest.mark.parametrize("task_name", ["listops", "retrieval"])  # one document; a pair (dual-tower head)
 def test_compiled_step_matches_eager_on_the_tiny_presets(aot_eager, task_name):
     cfg = load_config(task_name, "tiny", [*DROPOUT, "data.max_length=64"])
-    task = build_task(cfg["task"], **cfg["data"])
+    task = build_task(cfg.task, **cfg.data)
     batches = _batches(task, 2, 8, padded=True)
     runs = {}
     for mode in ("none", "default"):
-        cfg["train"]["compile"] = mode
-        runs[mode] = _steps(cfg, task, "naive", batches)
+        runs[mode] = _steps(cfg.with_settings([f"train.compile={mode}"]), task, "naive", batches)
     (eager, *want), (compiled, *got) = runs["none"], runs["default"]
     assert not eager.loss.compiled and compiled.loss.compiled and compiled.loss.fallback is None
     for a, b in zip(want, got, strict=True):  # losses, first gradients, final weights
@@ -78,7 +77,7 @@ def test_compiled_step_matches_eager_on_the_tiny_presets(aot_eager, task_name):
 
 def test_evaluation_does_not_depend_on_its_batch_size(tmp_path):
     cfg = load_config(toy_config_path(tmp_path))
-    task = build_task(cfg["task"], **cfg["data"])
+    task = build_task(cfg.task, **cfg.data)
     val = task.load("val")  # 128 examples: 128 = 1 batch, 50 = 2 full and one padded to 50, 7 = 18 and a padded one
     results = []
     for size in (128, 50, 7):
@@ -104,9 +103,9 @@ def test_evaluation_does_not_depend_on_its_batch_size(tmp_path):
 
 def test_default_eval_batch_is_four_training_batches(tmp_path):
     cfg = load_config(toy_config_path(tmp_path))
-    task = build_task(cfg["task"], **cfg["data"])
+    task = build_task(cfg.task, **cfg.data)
     assert build_trainer(cfg, task, "naive", CPU).eval_batch_size == 4 * 32
-    cfg["train"]["eval_batch_size"] = 100
+    cfg = cfg.with_settings(["train.eval_batch_size=100"])
     assert build_trainer(cfg, task, "naive", CPU).eval_batch_size == 100
 
 
@@ -120,16 +119,14 @@ class _GraphBreakAttention(NaiveAttention):
 
 def test_a_backend_that_cannot_compile_falls_back_to_eager_in_one_line(tmp_path, aot_eager, capsys):
     cfg = load_config(toy_config_path(tmp_path), None, DROPOUT)
-    task = build_task(cfg["task"], **cfg["data"])
+    task = build_task(cfg.task, **cfg.data)
     batches = _batches(task, 2, 8, padded=True)
     BACKENDS.register("_graph_break")(_GraphBreakAttention)
     try:
-        cfg["train"]["compile"] = "default"
-        trainer, *got = _steps(cfg, task, "_graph_break", batches)
+        trainer, *got = _steps(cfg.with_settings(["train.compile=default"]), task, "_graph_break", batches)
     finally:
         BACKENDS.unregister("_graph_break")
-    cfg["train"]["compile"] = "none"
-    _, *want = _steps(cfg, task, "naive", batches)
+    _, *want = _steps(cfg.with_settings(["train.compile=none"]), task, "naive", batches)
     lines = [line for line in capsys.readouterr().err.splitlines() if "cannot be compiled" in line]
     assert len(lines) == 1 and "_graph_break" in lines[0] and "training eagerly" in lines[0]
     assert trainer.loss.effective() == {"mode": "none", "requested": "default", "fallback": trainer.loss.fallback}
@@ -170,12 +167,10 @@ def test_modes_resolve_per_device_and_stay_out_of_the_config_hash(tmp_path):
 def test_inductor_step_draws_eager_dropout(tmp_path):
     """Inductor itself (on the CPU): with its own RNG the dropout masks, hence the loss, would differ from eager's."""
     cfg = load_config(toy_config_path(tmp_path), None, ["model.dropout=0.3", "model.attention_dropout=0.3"])
-    task = build_task(cfg["task"], **cfg["data"])
+    task = build_task(cfg.task, **cfg.data)
     batches = _batches(task, 1, 16, padded=True)
-    cfg["train"]["compile"] = "none"
-    _, (want_loss,), want_grads, _ = _steps(cfg, task, "naive", batches)
-    cfg["train"]["compile"] = "default"
-    trainer, (loss,), grads, _ = _steps(cfg, task, "naive", batches)
+    _, (want_loss,), want_grads, _ = _steps(cfg.with_settings(["train.compile=none"]), task, "naive", batches)
+    trainer, (loss,), grads, _ = _steps(cfg.with_settings(["train.compile=default"]), task, "naive", batches)
     assert trainer.loss.compiled and trainer.loss.fallback is None
     torch.testing.assert_close(loss, want_loss, rtol=1e-5, atol=1e-6)
     for got, want in zip(grads, want_grads, strict=True):
@@ -187,12 +182,11 @@ def test_block_sparse_flash_compiles_from_a_cold_start(aot_eager):
     compiles, so the first step is already compiled (no eager fallback) and gives eager's losses."""
     sets = ["attention.block_sparse_flash.block=16", "attention.block_sparse_flash.fallback=kernel", "model.layers=1"]
     cfg = load_config("listops", "tiny", [*DROPOUT, *sets, "data.max_length=48", "model.dim=32", "model.heads=2"])
-    task = build_task(cfg["task"], **cfg["data"])
+    task = build_task(cfg.task, **cfg.data)
     batches = _batches(task, 2, 2, padded=True)
     runs = {}
     for mode in ("none", "default"):
-        cfg["train"]["compile"] = mode
-        runs[mode] = _steps(cfg, task, "block_sparse_flash", batches)
+        runs[mode] = _steps(cfg.with_settings([f"train.compile={mode}"]), task, "block_sparse_flash", batches)
     (_, want, *_), (compiled, got, *_) = runs["none"], runs["default"]
     assert compiled.loss.compiled and compiled.loss.fallback is None
     torch.testing.assert_close(got, want)

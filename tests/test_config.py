@@ -18,10 +18,10 @@ def test_preset_and_overrides_apply_in_order(tmp_path):
     path = toy_config_path(tmp_path)
     base = load_config(path)
     tiny = load_config(path, "tiny", ["model.layers=3", "train.betas=[0.8, 0.9]", "attention.naive.scale=0.5"])
-    assert base["train"]["steps"] == 120 and tiny["train"]["steps"] == 40
-    assert tiny["model"]["layers"] == 3 and tiny["train"]["betas"] == [0.8, 0.9]
-    assert tiny["attention"] == {"naive": {"scale": 0.5}}
-    assert tiny["preset"] == "tiny" and base["preset"] == "default"
+    assert base.train.steps == 120 and tiny.train.steps == 40
+    assert tiny.model.layers == 3 and tiny.train.betas == (0.8, 0.9) and tiny.to_dict()["train"]["betas"] == [0.8, 0.9]
+    assert tiny.to_dict()["attention"] == {"naive": {"scale": 0.5}} and tiny.options_of("naive") == {"scale": 0.5}
+    assert tiny.preset == "tiny" and base.preset == "default"
     assert config_hash(base) != config_hash(tiny)
     assert config_hash(base) == config_hash(load_config(path))
 
@@ -75,9 +75,10 @@ def test_yaml_values_are_checked_like_set_values(tmp_path):
 
 def test_integral_numbers_are_accepted_as_integers(tmp_path):
     cfg = load_config(toy_config_path(tmp_path), None, ["train.steps=5e3", "model.layers=2.0", "train.lr=1"])
-    assert cfg["train"]["steps"] == 5000 and type(cfg["train"]["steps"]) is int
-    assert cfg["model"]["layers"] == 2 and type(cfg["model"]["layers"]) is int
-    assert cfg["train"]["lr"] == 1  # an int is a valid number (kept as written: the config hash stays put)
+    assert cfg.train.steps == 5000 and type(cfg.train.steps) is int
+    assert cfg.model.layers == 2 and type(cfg.model.layers) is int
+    # an int is a valid number (kept as written: the config hash stays put)
+    assert cfg.train.lr == 1 and type(cfg.to_dict()["train"]["lr"]) is int
 
 
 def test_data_settings_take_their_types_from_the_task_constructor():
@@ -93,14 +94,15 @@ def test_data_settings_take_their_types_from_the_task_constructor():
         load_config("listops", "tiny", ["data.source=5"])
 
 
-def test_every_default_has_a_declared_type_that_it_passes():
-    from lra.train.config import MODEL_DEFAULTS, TRAIN_DEFAULTS
-    from lra.train.settings import MODEL_SETTINGS, TRAIN_SETTINGS
+def test_every_default_passes_its_declared_rule_and_has_a_doc():
+    from lra.train.settings import declared, defaults, rules, sections
 
-    assert set(MODEL_SETTINGS) == set(MODEL_DEFAULTS) and set(TRAIN_SETTINGS) == set(TRAIN_DEFAULTS)
-    for schema, defaults in ((MODEL_SETTINGS, MODEL_DEFAULTS), (TRAIN_SETTINGS, TRAIN_DEFAULTS)):
-        for key, value in defaults.items():
+    assert set(sections()) == {"model", "train"}
+    for section in sections().values():
+        schema = rules(section)
+        for key, value in defaults(section).items():
             assert schema[key].check(key, value) == value, key
+        assert all(f.metadata["doc"] for f in declared(section).values())
 
 
 def test_unknown_preset_and_task(tmp_path):
@@ -181,12 +183,12 @@ def test_a_record_from_before_a_setting_existed_is_the_same_config(tmp_path):
     """A stored config without `model.embed_std` ran with the default: same hash, same seed-free key."""
     from lra.results.aggregate import config_key
 
-    config = load_config(toy_config_path(tmp_path))
+    config = load_config(toy_config_path(tmp_path)).to_dict()
     old = {**config, "model": {k: v for k, v in config["model"].items() if k != "embed_std"}}
     assert config["model"]["embed_std"] == 1.0 and "embed_std" not in old["model"]
     assert config_hash(old) == config_hash(config)
     assert config_key({"config": old}) == config_key({"config": config})
-    other = load_config(toy_config_path(tmp_path), overrides=["model.embed_std=0.02"])
+    other = load_config(toy_config_path(tmp_path), overrides=["model.embed_std=0.02"]).to_dict()
     assert config_key({"config": other}) != config_key({"config": config})
 
 
@@ -198,7 +200,7 @@ def test_embed_std_sets_the_token_embeddings_init(tmp_path, std):
 
     config = load_config(toy_config_path(tmp_path), overrides=[f"model.embed_std={std}", "model.dim=64"])
     torch.manual_seed(0)
-    encoder = Encoder(config["model"], "naive", vocab_size=2000, seq_len=8, attn_options={})
+    encoder = Encoder(config.model, "naive", vocab_size=2000, seq_len=8, attn_options={})
     weight = encoder.embed.weight.detach()
     assert torch.all(weight[0] == 0)  # the padding token stays zero
     assert weight[1:].std().item() == pytest.approx(std, rel=0.02)  # 127,936 draws: std within ~0.4%

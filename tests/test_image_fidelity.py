@@ -18,10 +18,11 @@ import pytest
 import torch
 
 from lra.cli.main import main
+from lra.core.errors import RunSetupError
 from lra.model import build_model
 from lra.results.aggregate import is_canonical
 from lra.train.config import config_hash, load_config
-from lra.train.trainer import cannot_run
+from lra.train.gate import gate
 from tasks import image as I
 from tasks.registry import build_task
 from tests.reference import TEST_SEED
@@ -83,10 +84,12 @@ def test_black_padding_leaves_the_stored_image_hashes_alone():
 def test_backends_for_right_padded_masks_are_refused_up_front(tmp_path, capsys):
     config = load_config("image", "fa-paper", ["data.black_padding=true"])
     cpu = torch.device("cpu")
-    assert cannot_run(config, "naive", cpu) is None and cannot_run(config, "sdpa_math", cpu) is None
-    refusal = cannot_run(config, "linformer", cpu)
+    gate(config, "naive", cpu), gate(config, "sdpa_math", cpu)  # these pass
+    with pytest.raises(RunSetupError) as refused:
+        gate(config, "linformer", cpu)
+    refusal = str(refused.value)
     assert "right-padded key masks only" in refusal and "naive" in refusal and "sdpa_flash" in refusal
-    assert cannot_run(load_config("image", "fa-paper"), "linformer", cpu) is None
+    gate(load_config("image", "fa-paper"), "linformer", cpu)  # right-padded data: it passes
     args = ["run", "image", "--preset", "fa-paper", "--attn", "linformer", "--device", "cpu", "--no-record"]
     assert main([*args, "--set", "data.black_padding=true", "--out", str(tmp_path / "run")]) == 2
     assert "right-padded key masks only" in capsys.readouterr().err
@@ -140,6 +143,6 @@ def test_black_padding_with_mean_all_is_the_reference_models_forward(backend):
     tokens[0, ::5] = 0  # black pixels scattered through the image
     tokens[1, 10:40] = 0  # a black band
     with torch.no_grad():
-        ours, ref = model(tokens), reference_forward(model, tokens, heads=config["model"]["heads"])
+        ours, ref = model(tokens), reference_forward(model, tokens, heads=config.model.heads)
     assert ref.abs().max() > 1e-3
     torch.testing.assert_close(ours, ref, rtol=1e-9, atol=1e-11)

@@ -28,9 +28,9 @@ def run_record(task, backend, acc, seed=0, preset="default", overrides=(), histo
         "preset": preset,
         "date": "2026-11-30T10:00:00Z",
         "device": "cpu",
-        "steps": config["train"]["steps"],
+        "steps": config.train.steps,
         "metrics": {**base, **metrics},
-        "config": config,
+        "config": config.to_dict(),
         **({"history": history} if history is not None else {}),
     }
 
@@ -367,8 +367,8 @@ def test_compiled_and_eager_steps_are_separate_speed_tables(tmp_path):
 def test_speed_table_times_a_task_at_the_length_its_preset_has_now(tmp_path):
     """fa-paper's Text moved from 4,000 to 1,000 bytes: three old records at 4,000 lose to two made with the current
     config, so the table compares backends at the length the recipe trains at."""
-    now = load_config("text", "fa-paper")
-    old = load_config("text", "fa-paper", ["data.max_length=4000"])
+    now = load_config("text", "fa-paper").to_dict()
+    old = load_config("text", "fa-paper", ["data.max_length=4000"]).to_dict()
     records = [bench_record("text", b, s, seq=4000, preset="fa-paper", config=old) for b, s in
                (("naive", 1.0), ("flash", 3.0), ("sdpa_flash", 3.0))]  # fmt: skip
     records += [

@@ -16,7 +16,7 @@ from tests.toy_task import toy_config_path
 def _encoder(tmp_path, pool: str) -> Encoder:
     config = load_config(toy_config_path(tmp_path), overrides=[f"model.pool={pool}", "model.dim=32", "model.heads=2"])
     torch.manual_seed(TEST_SEED)
-    return Encoder(config["model"], "naive", vocab_size=50, seq_len=12, attn_options={}).eval()
+    return Encoder(config.model, "naive", vocab_size=50, seq_len=12, attn_options={}).eval()
 
 
 def test_mean_all_is_mean_scaled_by_the_share_of_real_tokens(tmp_path):

@@ -16,6 +16,7 @@ from lra.numerics.metrics import slope, wasserstein1, weight_distances
 from lra.numerics.weights import control_ratios, run_config, weights_plan, weights_study
 from lra.results.numerics_tables import weights_table
 from lra.results.store import load_records
+from lra.train.config import load_config
 from tests.toy_task import toy_config_path
 
 
@@ -73,11 +74,12 @@ def test_plan_reuses_runs_but_always_trains_a_and_every_b():
         weights_plan("naive", ["flash"], 0, "none", ["seed"])
 
 
-def test_an_emulation_run_gets_its_options_in_the_config():
-    config = {"train": {"seed": 0, "amp": "bf16"}, "attention": {}}
-    name, cfg = run_config(config, weights_plan("naive", ["emu:fa1-all+block_n=16"], 0, "bf16", [])[0]["b0"])
-    assert name == "flash_emulated" and cfg["attention"] == {"flash_emulated": {"preset": "fa1-all", "block_n": 16}}
-    assert config["attention"] == {}  # the study's config is not modified
+def test_an_emulation_run_gets_its_options_in_the_config(tmp_path):
+    config = load_config(toy_config_path(tmp_path))
+    name, cfg = run_config(config, weights_plan("naive", ["emu:fa1-all+block_n=16"], 5, "bf16", [])[0]["b0"])
+    assert name == "flash_emulated" and cfg.options_of(name) == {"preset": "fa1-all", "block_n": 16}
+    assert (cfg.train.seed, cfg.train.amp, cfg.train.compile) == (5, "bf16", "none")
+    assert config.to_dict()["attention"] == {} and config.train.seed == 0  # a variant: the study's config is kept
 
 
 def _toy(tmp_path):

@@ -4,9 +4,11 @@ the default; Path-64 -> Path-X/Path-256 follow the paper's PathFinder-32 hyperpa
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from lra.train.config import head_dim_of, load_config, presets_of
+from lra.train.config import load_config, presets_of
 
 LRA_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
 
@@ -46,9 +48,9 @@ OPTIMIZER = {"train.betas": [0.9, 0.999], "train.eps": 1e-6, "train.grad_clip": 
 CASES = [(task, key, value) for task in LRA_TASKS for key, value in {**COMMON, **OPTIMIZER, **PER_TASK[task]}.items()]
 
 
-def _get(config: dict, key: str):
+def _get(config, key: str):
     section, name = key.split(".")
-    return config[section][name]
+    return config.to_dict()[section][name]
 
 
 @pytest.fixture(scope="module")
@@ -63,14 +65,14 @@ def test_fa_paper_value(fa_paper, task, key, expected):
 
 @pytest.mark.parametrize("task", LRA_TASKS)
 def test_fa_paper_heads_are_32_wide(fa_paper, task):
-    assert head_dim_of(fa_paper[task]) == 32
+    assert fa_paper[task].model.resolved_head_dim == 32
 
 
 @pytest.mark.parametrize("task", LRA_TASKS)
 def test_the_lra_config_stays_the_default(task):
     default, paper = load_config(task), load_config(task, "fa-paper")
-    assert default["preset"] == "default" and paper["preset"] == "fa-paper"
-    assert default["train"]["lr"] != paper["train"]["lr"]  # the LRA configs train at 5e-4 .. 0.05
+    assert default.preset == "default" and paper.preset == "fa-paper"
+    assert default.train.lr != paper.train.lr  # the LRA configs train at 5e-4 .. 0.05
 
 
 @pytest.mark.parametrize("task", [*LRA_TASKS, "path-64", "path-x", "path-256"])
@@ -82,10 +84,10 @@ def test_no_task_keeps_a_no_op_full_preset(task):
 def test_the_preset_changes_only_what_the_recipe_names():
     # Data settings other than the length stay the task's own (the recipe trains on the same splits).
     default, paper = load_config("text"), load_config("text", "fa-paper")
-    assert {k: v for k, v in paper["data"].items() if k != "max_length"} == {
-        k: v for k, v in default["data"].items() if k != "max_length"
+    assert {k: v for k, v in paper.data.items() if k != "max_length"} == {
+        k: v for k, v in default.data.items() if k != "max_length"
     }
-    assert paper["train"]["amp"] == default["train"]["amp"] == "bf16"
+    assert paper.train.amp == default.train.amp == "bf16"
 
 
 PATH_RECIPE = {
@@ -109,7 +111,7 @@ def test_path_presets_follow_pathfinder32(task, key, expected):
 @pytest.mark.parametrize("task", ["path-x", "path-256"])
 def test_path_x_and_256_start_from_the_path_64_model(task):
     # init_from loads the Path-64 weights: the shapes must agree, and they are PathFinder-32's (the LRA config).
-    model = load_config(task, "fa-paper")["model"]
-    assert model == load_config("path-64", "fa-paper")["model"]
-    pathfinder = load_config("pathfinder")["model"]
-    assert {k: v for k, v in model.items() if k != "pos_emb"} == {k: v for k, v in pathfinder.items() if k != "pos_emb"}
+    model = load_config(task, "fa-paper").model
+    assert model == load_config("path-64", "fa-paper").model
+    pathfinder = load_config("pathfinder").model
+    assert dataclasses.replace(model, pos_emb="-") == dataclasses.replace(pathfinder, pos_emb="-")

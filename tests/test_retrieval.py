@@ -207,8 +207,8 @@ def test_config_data_settings_build_the_task(tmp_path, preset):
     from lra.train.config import load_config
 
     cfg = load_config("retrieval", preset)
-    task = build_task(cfg["task"], data_dir=tmp_path, **cfg["data"])
-    assert task.name == "retrieval" and task.max_length == cfg["data"]["max_length"]
+    task = build_task(cfg.task, data_dir=tmp_path, **cfg.data)
+    assert task.name == "retrieval" and task.max_length == cfg.data["max_length"]
 
 
 def test_cli_prepare_and_info(tmp_path, capsys):

@@ -173,12 +173,12 @@ def toy_trainer(tmp_path, overrides=(), **kw) -> Trainer:
     """A Trainer on the toy task's model, built as build_trainer does but with Trainer's own keywords (`autocast`,
     `loss_scaling`) free: the CPU tests reach the fp16 loss-scaling path this way."""
     cfg = load_config(toy_config_path(tmp_path), None, list(overrides))
-    task = build_task(cfg["task"], **cfg["data"])
-    torch.manual_seed(cfg["train"]["seed"])
+    task = build_task(cfg.task, **cfg.data)
+    torch.manual_seed(cfg.train.seed)
     shape = dict(vocab_size=task.vocab_size, seq_len=task.seq_len, num_classes=task.num_classes, pair=task.pair)
     model = build_model(cfg, "naive", **shape)
     kw.setdefault("autocast", None)
-    return Trainer(model, cfg["train"], device=CPU, **kw)
+    return Trainer(model, cfg.train, device=CPU, **kw)
 
 
 def toy_batches(tmp_path, count: int):

@@ -9,7 +9,6 @@ them: every per-call input is a tensor or a Python constant, and nothing here wa
 
 from __future__ import annotations
 
-import os
 import warnings
 from dataclasses import replace
 
@@ -30,6 +29,7 @@ from attention_impls.kernels.tiles import (
     default_tiles,
     padded_head_dim,
 )
+from lra.core.environment import triton_interpreting
 
 LOG2E = 1.4426950408889634
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -40,10 +40,6 @@ REGISTER_LIST_MAX = 64
 _PRE_BLOCK_M = 64  # rows per program of the backward's row-sum pre-pass
 _CAST_BLOCK = 1024  # elements per program of the one-pass backward's dQ cast
 _warned: set[str] = set()
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor | None) -> None:
@@ -57,7 +53,7 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: to
         raise ValueError(f"q, k, v must share one dtype among fp16, bf16, fp32; got {q.dtype}, {k.dtype}, {v.dtype}")
     if q.shape[-1] not in SUPPORTED_HEAD_DIMS:
         raise ValueError(f"head_dim {q.shape[-1]} is not one the kernels take: multiples of 8 up to {MAX_HEAD_DIM}")
-    if q.device.type != "cuda" and not _interpreting():
+    if q.device.type != "cuda" and not triton_interpreting():
         raise RuntimeError("the flash kernels need a CUDA device, or TRITON_INTERPRET=1 to emulate them on the CPU")
     if lengths is not None and (lengths.shape != (q.shape[0],) or lengths.dtype != torch.int32):
         raise ValueError(f"lengths must be int32 of shape (batch,) = ({q.shape[0]},), got {lengths.dtype} "
@@ -101,7 +97,7 @@ def _consts(q: torch.Tensor, lengths, pad_queries: bool, sparse: bool, threshold
         "SPARSE": sparse,
         "DROPOUT": threshold > 0,
         "PREC": "tf32" if (not fp32 or allow_tf32) else "ieee",
-        "UPCAST": _interpreting() and q.dtype == torch.bfloat16,
+        "UPCAST": triton_interpreting() and q.dtype == torch.bfloat16,
     }
 
 
@@ -339,7 +335,7 @@ def dropout_keep_mask(
     """The bool keep-mask (batch, heads, nq, nk) the kernels draw for `seed` (an int or a (seed, offset) state)."""
     device = torch.device(device)
     out = torch.empty(batch, heads, nq, nk, dtype=torch.int8, device=device)
-    block = 256 if _interpreting() else 64  # the interpreter's cost is per program
+    block = 256 if triton_interpreting() else 64  # the interpreter's cost is per program
     grid = (triton.cdiv(nq, block), triton.cdiv(nk, block), batch * heads)
     threshold = quantize_dropout(dropout_p)
     _keep_mask_kernel[grid](out, _state(seed, device), nq, nk, threshold, BLOCK_M=block, BLOCK_N=block)

@@ -25,6 +25,7 @@ from lra.core.dtypes import dtype_name, parse_dtype
 from lra.core.errors import ConfigError, RunSetupError, is_oom
 from lra.core.progress import make_progress, progress_line
 from lra.core.tables import Column, fitted_table
+from lra.train.settings import FRACTION
 
 MODES = ("fwd", "fwd_bwd")
 BWD_FACTOR = 2.5  # backward FLOPs per forward FLOP (FlashAttention paper's convention)
@@ -97,8 +98,7 @@ def bench_attention(
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise ConfigError(f"unknown mode(s) {bad}; use {MODES}")
-    if not 0.0 <= dropout < 1.0:
-        raise ConfigError(f"--dropout must be in [0, 1), got {dropout}")
+    FRACTION.check("--dropout", dropout)  # the rule of model.attention_dropout
     require_device(device)
     for name in backends:
         BACKENDS.get(name)  # unknown names fail here, listing the known ones

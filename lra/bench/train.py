@@ -14,7 +14,6 @@ a step's time is the slowest rank's, tokens/s counts the global batch, and the r
 
 from __future__ import annotations
 
-import copy
 import statistics
 import time
 from typing import Any
@@ -24,16 +23,17 @@ import torch
 
 from attention_impls.registry import dropout_applied
 from lra.core.environment import environment
-from lra.core.errors import is_oom
+from lra.core.errors import ConfigError, RunSetupError, is_oom
 from lra.core.hashing import stable_hash
 from lra.core.progress import make_progress, progress_line
 from lra.core.records import bench_train_record
 from lra.train import distributed as dist
 from lra.train.compiled import resolve_mode
-from lra.train.config import load_config
+from lra.train.config import RunConfig, load_config
 from lra.train.device import resolve_device
 from lra.train.feed import Feed, TrainBatches, place_split
-from lra.train.trainer import Trainer, build_trainer, cannot_run
+from lra.train.gate import gate
+from lra.train.trainer import Trainer, build_trainer
 from tasks import build_task
 from tasks.registry import Split, Task
 
@@ -59,9 +59,9 @@ def _timed_step(trainer: Trainer, batches: TrainBatches) -> float:
     return ms
 
 
-def default_modes(cfg: dict[str, Any], device: torch.device) -> list[str]:
+def default_modes(cfg: RunConfig, device: torch.device) -> list[str]:
     """Eager and the config's own train.compile as it resolves on `device` (just eager where that is none)."""
-    return list(dict.fromkeys(["none", resolve_mode(cfg["train"]["compile"], device)]))
+    return list(dict.fromkeys(["none", resolve_mode(cfg.train.compile, device)]))
 
 
 def bench_train(
@@ -96,16 +96,15 @@ def bench_train(
         for seq in lengths:
             extra = [f"data.max_length={seq}"] if seq else []
             cfg = load_config(task_name, preset, list(overrides or []) + extra)
-            task = build_task(cfg["task"], data_dir=data_dir, **cfg["data"])
+            task = build_task(cfg.task, data_dir=data_dir, **cfg.data)
             split = _synthetic_split(task, cfg) if synthetic else task.load("train")
-            feed = place_split(split, dev, placement=cfg["train"]["data_placement"], pair=task.pair,
+            feed = place_split(split, dev, placement=cfg.train.data_placement, pair=task.pair,
                                vocab_size=task.vocab_size)  # fmt: skip
             for backend in backends:
                 progress.update(bar, description=f"bench train {task_name} N={task.seq_len} {backend}")
                 for mode in compile_modes or default_modes(cfg, dev):
-                    mode_cfg = copy.deepcopy(cfg)
-                    mode_cfg["train"]["compile"] = mode
-                    reason = cannot_run(cfg, backend, dev, seq_len=task.seq_len)
+                    mode_cfg = cfg.with_settings([f"train.compile={mode}"])
+                    reason = _refusal(cfg, backend, dev, data_dir)
                     if reason:
                         outcome = _failed(f"unsupported: {reason}", mode, dev)
                     else:
@@ -122,6 +121,15 @@ def bench_train(
     return records
 
 
+def _refusal(cfg: RunConfig, backend: str, dev: torch.device, data_dir: str | None) -> str | None:
+    """Why the run's gate refuses `backend` here (a bench row says so instead of stopping), or None."""
+    try:
+        gate(cfg, backend, dev, world_size=dist.world_size(), data_dir=data_dir)
+    except (ConfigError, RunSetupError) as e:
+        return str(e)
+    return None
+
+
 def _failed(status: str, mode: str, dev: torch.device) -> dict[str, Any]:
     """The outcome of a step that did not run: its status, no metrics, the compile mode asked for."""
     compiled = {"mode": resolve_mode(mode, dev), "requested": mode, "fallback": None}
@@ -132,13 +140,13 @@ def _setup(cfg, task: Task, backend: str, *, synthetic: bool, timed_steps: int) 
     """The record's fields known before measuring. Its config_hash covers every setting, the speed-only ones
     (train.compile, data placement) included: for a benchmark they are what decides the result."""
     return {
-        "task": cfg["task"],
+        "task": cfg.task,
         "backend": backend,
-        "preset": cfg["preset"],
+        "preset": cfg.preset,
         "seq_len": task.seq_len,
-        "batch_size": cfg["train"]["batch_size"],
-        "config": cfg,
-        "config_hash": stable_hash(cfg),
+        "batch_size": cfg.train.batch_size,
+        "config": cfg.to_dict(),
+        "config_hash": stable_hash(cfg.to_dict()),
         "timed_steps": timed_steps,
         "world_size": dist.world_size(),
         "data": "synthetic full-length tokens" if synthetic else "task data",
@@ -161,8 +169,8 @@ def _add_speedups(records: list[dict[str, Any]]) -> None:
                 m[key] = m["steps_per_s"] / base["metrics"]["steps_per_s"]
 
 
-def _synthetic_split(task: Task, cfg: dict[str, Any]) -> Split:
-    n = 4 * cfg["train"]["batch_size"]
+def _synthetic_split(task: Task, cfg: RunConfig) -> Split:
+    n = 4 * cfg.train.batch_size
     shape = (n, 2, task.seq_len) if task.pair else (n, task.seq_len)
     rng = np.random.default_rng(0)
     return Split(rng.integers(1, task.vocab_size, size=shape), rng.integers(0, task.num_classes, size=n))
@@ -175,11 +183,11 @@ def _measure(cfg, task: Task, feed: Feed, backend: str, dev: torch.device, *, st
     The first step holds compilation (and CUDA-graph recording follows in the next ones): `compile_s` is the first
     step's time minus a steady step's, `first_step_ms` the first step itself.
     """
-    t = cfg["train"]
+    t = cfg.train
     trainer = batches = None
     try:
         trainer = build_trainer(cfg, task, backend, dev)
-        batches = TrainBatches(feed, batch_size=t["batch_size"], seed=t["seed"], rank=dist.rank(),
+        batches = TrainBatches(feed, batch_size=t.batch_size, seed=t.seed, rank=dist.rank(),
                                world=dist.world_size())  # fmt: skip
         if dev.type == "cuda":
             torch.cuda.empty_cache()
@@ -194,7 +202,7 @@ def _measure(cfg, task: Task, feed: Feed, backend: str, dev: torch.device, *, st
             "metrics": {
                 "ms_per_step": ms,
                 "steps_per_s": sps,
-                "tokens_per_s": sps * t["batch_size"] * task.seq_len * (2 if task.pair else 1),
+                "tokens_per_s": sps * t.batch_size * task.seq_len * (2 if task.pair else 1),
                 "peak_mem_mb": torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None,
                 "ms_spread": [min(times[warmup:]), max(times[warmup:])],
                 "first_step_ms": times[0],
@@ -202,10 +210,10 @@ def _measure(cfg, task: Task, feed: Feed, backend: str, dev: torch.device, *, st
             },
         }
     except (ValueError, NotImplementedError) as e:  # a backend that refuses this config at build or forward time
-        return _failed(f"unsupported: {e}", t["compile"], dev)
+        return _failed(f"unsupported: {e}", t.compile, dev)
     except Exception as e:
         if is_oom(e):
-            return _failed("oom", t["compile"], dev)
+            return _failed("oom", t.compile, dev)
         raise
     finally:
         if batches is not None:

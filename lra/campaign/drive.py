@@ -152,7 +152,7 @@ class Session:
     # ---- one stage
     def work(self, stage: Stage) -> str | None:
         """Draw, start or resume, train; None when the stage ended (go on), else why the session ends here."""
-        task = build_task(stage.task, data_dir=self.opts.data_dir, **stage.config["data"])
+        task = build_task(stage.task, data_dir=self.opts.data_dir, **stage.config.data)
         started = self.clock()
         item = {"stage": stage.task, "from_step": self.progress(stage), "to_step": None, "train_s": 0.0,
                 "data_s": 0.0, "wall_s": 0.0}  # fmt: skip
@@ -183,7 +183,7 @@ class Session:
 
     def draw_only(self, stage: Stage) -> str:
         """Draw the current stage's data when absent (`--data-only`), counted as that stage's work."""
-        task = build_task(stage.task, data_dir=self.opts.data_dir, **stage.config["data"])
+        task = build_task(stage.task, data_dir=self.opts.data_dir, **stage.config.data)
         started, step = self.clock(), self.progress(stage)
         item = {"stage": stage.task, "from_step": step, "to_step": step, "train_s": 0.0, "data_s": 0.0, "wall_s": 0.0}
         self.entry["work"].append(item)

@@ -10,10 +10,9 @@ could not start from another.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from lra.core.errors import ConfigError
-from lra.train.config import available_configs, load_config
+from lra.train.config import RunConfig, available_configs, load_config
 
 MAX_STAGES = 8
 
@@ -24,15 +23,15 @@ class Stage:
 
     index: int
     task: str
-    config: dict[str, Any]
+    config: RunConfig
 
     @property
     def init_from(self) -> str | None:
-        return self.config["train"]["init_from"]
+        return self.config.train.init_from
 
     @property
     def steps(self) -> int:
-        return int(self.config["train"]["steps"])
+        return self.config.train.steps
 
 
 def split_sets(items: list[str]) -> tuple[list[str], dict[str, list[str]]]:
@@ -55,7 +54,7 @@ def plan_stages(target: str, *, preset: str, seed: int, overrides: list[str]) ->
     """The stages that lead to `target`, first stage first, each resolved with `preset`, `seed` and `overrides`
     (`--set` values: 'KEY=VALUE' for every stage, 'TASK:KEY=VALUE' for one)."""
     common, per_stage = split_sets(overrides)
-    chain: list[tuple[str, dict[str, Any]]] = []
+    chain: list[tuple[str, RunConfig]] = []
     task: str | None = target
     while task is not None:
         if task in (t for t, _ in chain):
@@ -66,7 +65,7 @@ def plan_stages(target: str, *, preset: str, seed: int, overrides: list[str]) ->
                               f"{', '.join(available_configs())}")  # fmt: skip
         config = load_config(task, preset, [*common, *per_stage.get(task, []), f"train.seed={seed}"])
         chain.append((task, config))
-        task = config["train"]["init_from"]
+        task = config.train.init_from
         if len(chain) > MAX_STAGES:
             raise ConfigError(f"campaign {target}: more than {MAX_STAGES} stages; check the train.init_from chain")
     unknown = sorted(set(per_stage) - {t for t, _ in chain})
@@ -81,12 +80,14 @@ def plan_stages(target: str, *, preset: str, seed: int, overrides: list[str]) ->
 def check_same_model(stages: list[Stage]) -> None:
     """Every stage's model settings equal the first's: the weights carry over (positions aside)."""
     first = stages[0]
+    model = first.config.to_dict()["model"]
     for stage in stages[1:]:
-        diffs = [k for k in sorted(first.config["model"]) if first.config["model"][k] != stage.config["model"].get(k)]
+        theirs = stage.config.to_dict()["model"]
+        diffs = [k for k in sorted(model) if model[k] != theirs.get(k)]
         if diffs:
             key = diffs[0]
             raise ConfigError(
                 f"campaign: stage {stage.task} builds another model than {first.task} (model.{key}: "
-                f"{stage.config['model'][key]!r} vs {first.config['model'][key]!r}); one starts from the other, so "
+                f"{theirs[key]!r} vs {model[key]!r}); one starts from the other, so "
                 "their models must match (set it for every stage, or with TASK:model.KEY=... for one)"
             )

@@ -53,7 +53,7 @@ def _build(name: str, args: argparse.Namespace):
     from tasks import build_task
 
     cfg = load_config(name, args.preset, args.overrides)
-    return build_task(cfg["task"], data_dir=args.data_dir, **cfg["data"])
+    return build_task(cfg.task, data_dir=args.data_dir, **cfg.data)
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:

@@ -1,5 +1,5 @@
 """`lra list`: the tasks with their presets, and every attention backend with its capabilities, notes and whether
-it runs on this machine."""
+it runs on this machine. `lra list settings`: every declared setting with its type, range, default and doc."""
 
 from __future__ import annotations
 
@@ -8,8 +8,42 @@ import argparse
 
 def add_parser(sub) -> None:
     """Add `list` to the `lra` sub-parsers `sub`."""
-    p = sub.add_parser("list", help="tasks, attention backends with capabilities, presets, what runs here")
+    p = sub.add_parser("list", help="tasks, attention backends with capabilities, presets, what runs here; settings")
+    p.add_argument(
+        "what", nargs="?", choices=("settings",), default=None,
+        help="settings: every model and train setting with its type, range, default and doc",
+    )  # fmt: skip
     p.set_defaults(func=cmd_list)
+
+
+def settings_rows() -> list[tuple[str, str, str, str]]:
+    """(key, expected values, default, doc) of every declared setting, in declaration order."""
+    import json
+
+    from lra.train.settings import declared, sections, thaw
+
+    rows = []
+    for section_name, section in sections().items():
+        for name, f in declared(section).items():
+            default = json.dumps(thaw(f.default))
+            doc = f.metadata["doc"] + (" (speed only: outside the config hash)" if f.metadata["speed"] else "")
+            rows.append((f"{section_name}.{name}", f.metadata["rule"].describe(), default, doc))
+    return rows
+
+
+def settings_table():
+    """`lra list settings`: one row per declared setting (lra.train.settings), set with --set KEY=VALUE."""
+    from rich.table import Table
+
+    table = Table(
+        title="settings (--set KEY=VALUE; data.* are each task's, attention.NAME.* each backend's: see `lra list`)"
+    )
+    table.add_column("setting", no_wrap=True)
+    for col in ("values", "default", "what"):
+        table.add_column(col, overflow="fold")
+    for row in settings_rows():
+        table.add_row(*row)
+    return table
 
 
 def tasks_table():
@@ -57,6 +91,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     from lra.core.progress import out
 
+    if args.what == "settings":
+        out.print(settings_table())
+        return 0
     out.print(tasks_table())
     out.print(backends_table("cuda" if torch.cuda.is_available() else "cpu"))
     return 0

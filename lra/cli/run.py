@@ -12,6 +12,7 @@ EPILOG = """examples:
   lra run listops --attn flash                    the LRA config on a GPU
   lra run path-x --attn block_sparse_flash --set train.steps=1000
   lra run listops --attn flash --results leaderboard/results      add the record to the curated set
+every setting of --set, with its type, range, default and doc: lra list settings
 """
 
 
@@ -68,9 +69,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.task, args.preset, overrides)  # bad settings fail here, before any process starts
     check_nproc(args.nproc)
     if args.nproc > 1:
+        from lra.train.device import resolve_device
+        from lra.train.gate import gate
         from lra.train.launch import launch_local
 
-        return launch_local(args.nproc, args.argv)
+        gate(config, args.attn, resolve_device(args.device), world_size=args.nproc, data_dir=args.data_dir)  # once
+        return launch_local(args.nproc, args.argv)  # each worker's train() passes the same gate
     from lra.train import distributed as dist
     from lra.train.run import train
 

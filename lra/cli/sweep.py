@@ -146,10 +146,10 @@ def _check(runs, board, results: Path, *, local: bool, device: str | None) -> No
 
 
 def _device_problems(runs, device: str | None) -> list[str]:
-    from attention_impls import why_cannot_run
     from lra.sweep.grid import DEFAULT
     from lra.sweep.local import visible_gpus
-    from lra.train.config import head_dim_of, load_config
+    from lra.train.config import load_config
+    from lra.train.gate import gate
 
     dev = "cpu" if device == "cpu" or not visible_gpus() else "cuda"
     problems, seen = [], set()
@@ -159,9 +159,10 @@ def _device_problems(runs, device: str | None) -> list[str]:
             continue
         seen.add(key)
         config = load_config(run.task, None if run.preset == DEFAULT else run.preset, list(run.overrides))
-        reason = why_cannot_run(run.attn, dev, None, head_dim_of(config))
-        if reason:
-            problems.append(f"{run.label} / {run.attn}: {reason}")
+        try:
+            gate(config, run.attn, dev)  # each run's own gate, asked before any of them starts
+        except (ConfigError, RunSetupError) as e:
+            problems.append(f"{run.label} / {run.attn}: {e}")
     return problems
 
 

@@ -14,6 +14,12 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def triton_interpreting() -> bool:
+    """Whether Triton kernels run in its CPU interpreter (TRITON_INTERPRET set, and not to 0): the one reading of
+    that variable, for the backends' capability checks and the kernels' launch checks alike."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
 def git_commit() -> str | None:
     """HEAD of the checkout this code runs from, with '+dirty' when the work tree has changes; None outside git.
 

@@ -11,6 +11,7 @@ defaults are the parameter defaults. `build` refuses an unknown option with the 
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import pkgutil
@@ -45,6 +46,12 @@ def signature_options(obj: Any, fixed: tuple[str, ...] = ()) -> dict[str, Any]:
                 continue
             out[p.name] = None if p.default is inspect.Parameter.empty else p.default
     return out
+
+
+def did_you_mean(name: str, valid: list[str]) -> str:
+    """' (did you mean 'X'?)' for the valid name closest to a misspelt `name` (difflib), or '' when none is close."""
+    match = difflib.get_close_matches(name, valid, n=1)
+    return f" (did you mean {match[0]!r}?)" if match else ""
 
 
 class Registry(Generic[T]):
@@ -100,7 +107,8 @@ class Registry(Generic[T]):
             return self._entries[name]
         except KeyError:
             known = ", ".join(sorted(self._entries)) or "(none)"
-            raise UnknownNameError(f"unknown {self.kind} {name!r}; known: {known}") from None
+            hint = did_you_mean(str(name), sorted(self._entries))
+            raise UnknownNameError(f"unknown {self.kind} {name!r}{hint}; known: {known}") from None
 
     def names(self) -> list[str]:
         self.discover()
@@ -124,8 +132,9 @@ class Registry(Generic[T]):
         valid = self.options(name)
         unknown = sorted(set(options) - set(valid))
         if unknown:
+            hint = did_you_mean(unknown[0], sorted(valid)) if len(unknown) == 1 else ""
             raise ConfigError(
-                f"{self.kind} {name!r} has no {self.option_noun}(s) {', '.join(unknown)}; "
+                f"{self.kind} {name!r} has no {self.option_noun}(s) {', '.join(unknown)}{hint}; "
                 f"valid {self.option_noun}s: {', '.join(sorted(valid)) or '(none)'}"
             )
 

@@ -19,7 +19,6 @@ CPU's fp16 control trains unscaled. `loss_scaling` in the record says which.
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import tempfile
 from collections.abc import Iterator
@@ -30,12 +29,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from attention_impls.registry import why_cannot_run
 from lra.core.atomic import atomic_path
-from lra.core.errors import ConfigError, RunSetupError
+from lra.core.errors import ConfigError
 from lra.core.records import numerics_weights_record
 from lra.numerics.backend import implementation
 from lra.numerics.metrics import ratio, slope, weight_distances
+from lra.train.config import RunConfig
 
 CONTROLS = ("seeds", "fp16", "bf16")
 DEFAULT_B = ("flash", "emu:fa1-all")
@@ -137,16 +136,13 @@ def pair_curves(snap_a: dict[int, Path], snap_b: dict[int, Path]) -> dict[str, A
     return curve
 
 
-def run_config(config: dict[str, Any], spec: RunSpec) -> tuple[str, dict[str, Any]]:
-    """The backend name and config of one run: its seed, precision and (for an emulation) attention options."""
+def run_config(config: RunConfig, spec: RunSpec) -> tuple[str, RunConfig]:
+    """The backend name and config of one run: its seed, precision and (for an emulation) attention options, built
+    as a variant of the study's config and checked as any config is."""
     name, options = implementation(spec.backend)
-    cfg = copy.deepcopy(config)
-    cfg["train"]["seed"] = spec.seed
-    cfg["train"]["amp"] = spec.amp
-    cfg["train"]["compile"] = "none"  # eager: the study compares attention numerics, not the compiler's fusions
-    if options:
-        cfg["attention"][name] = {**(cfg["attention"].get(name) or {}), **options}
-    return name, cfg
+    # eager (train.compile none): the study compares attention numerics, not the compiler's fusions
+    train = {"seed": spec.seed, "amp": spec.amp, "compile": "none"}
+    return name, config.with_settings(overlay={"train": train, "attention": {name: options} if options else {}})
 
 
 def _train_runs(config, runs: dict[str, RunSpec], root: Path, dev: torch.device, data_dir, det: bool):
@@ -173,13 +169,13 @@ def _train_runs(config, runs: dict[str, RunSpec], root: Path, dev: torch.device,
     return snaps
 
 
-def _check(config: dict[str, Any], labels: list[str], dev: torch.device) -> None:
-    from lra.train.config import head_dim_of
+def _check(config: RunConfig, runs: dict[str, RunSpec], dev: torch.device, data_dir) -> None:
+    """Every planned run through the run gate, before the first one trains."""
+    from lra.train.gate import gate
 
-    for label in dict.fromkeys(labels):
-        reason = why_cannot_run(implementation(label)[0], dev, None, head_dim_of(config))
-        if reason:
-            raise RunSetupError(reason)
+    for spec in runs.values():
+        name, cfg = run_config(config, spec)
+        gate(cfg, name, dev, data_dir=data_dir)
 
 
 def _last(curve: dict[str, Any], key: str) -> float | None:
@@ -223,12 +219,11 @@ def weights_study(
     from lra.train.config import load_config
     from lra.train.device import resolve_device, wants_loss_scaling
 
-    config = load_config(task, preset, list(overrides or []))
-    config["model"]["attention_dropout"] = 0.0
+    config = load_config(task, preset, [*(overrides or []), "model.attention_dropout=0"])
     dev = resolve_device(device)
-    seed, base_amp = int(config["train"]["seed"]), config["train"]["amp"]
+    seed, base_amp = config.train.seed, config.train.amp
     runs, pairs = weights_plan(attn_a, list(attn_b), seed, base_amp, list(controls))
-    _check(config, [s.backend for s in runs.values()], dev)
+    _check(config, runs, dev, data_dir)
     with contextlib.ExitStack() as stack:
         root = Path(keep_runs) if keep_runs else Path(stack.enter_context(tempfile.TemporaryDirectory()))
         snaps = _train_runs(config, runs, root, dev, data_dir, deterministic_runs)
@@ -238,15 +233,15 @@ def weights_study(
     controls_by_name["bf16"] = "naive fp32 vs bf16"
     ab_pairs = [f"{attn_a} vs {b}" for b in attn_b]
     return numerics_weights_record(
-        task=config["task"],
+        task=config.task,
         backend_a=attn_a,
         backends_b=list(attn_b),
-        preset=config["preset"],
-        steps=config["train"]["steps"],
+        preset=config.preset,
+        steps=config.train.steps,
         controls=list(controls),
         deterministic=deterministic_runs,
         loss_scaling=wants_loss_scaling(dev, torch.float16),
         metrics={"pairs": curves, "ratios": control_ratios(curves, ab_pairs, controls_by_name)},
-        config=config,
+        config=config.to_dict(),
         env=environment(dev),
     )

@@ -13,13 +13,12 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from attention_impls import BACKENDS
 from lra.core.errors import ConfigError, RunSetupError
 from lra.core.hashing import stable_hash
 from lra.results.store import load_records, store_run
-from lra.train.config import config_hash, load_config
+from lra.train.config import RunConfig, config_hash, load_config
 from lra.train.rundir import CONFIG, SUMMARY, RunDir, default_runs_root
 
 DEFAULT = "default"  # the preset name of the YAML as written (the LRA config)
@@ -139,14 +138,14 @@ def build_grid(
                             seed,
                             tuple(overrides),
                             run_dir,
-                            config["train"]["steps"],
+                            config.train.steps,
                             config_hash(config),
                         )  # fmt: skip
                     )
     return runs
 
 
-def _resolve(task: str, preset: str, overrides: list[str], seed: int) -> dict[str, Any]:
+def _resolve(task: str, preset: str, overrides: list[str], seed: int) -> RunConfig:
     """The config `lra run` will resolve for this cell (the same call, so the same hash)."""
     try:
         return load_config(task, None if preset == DEFAULT else preset, [*overrides, f"train.seed={seed}"])

@@ -24,14 +24,21 @@ def batch_indices(
     return batch[rank * per_rank : (rank + 1) * per_rank]
 
 
-def steps_per_epoch(num_examples: int, batch_size: int, world: int = 1) -> int:
-    """Full batches per epoch; a clear error when the batch does not divide among the processes or the split is
-    smaller than one batch."""
+def rank_batch(batch_size: int, world: int) -> int:
+    """Examples per process of a global batch of `batch_size` over `world` processes; a clear error when it does not
+    divide evenly."""
     if batch_size % world:
         raise ConfigError(
             f"the global batch size {batch_size} does not divide among {world} processes; set train.batch_size to a "
             f"multiple of {world} or change --nproc"
         )
+    return batch_size // world
+
+
+def steps_per_epoch(num_examples: int, batch_size: int, world: int = 1) -> int:
+    """Full batches per epoch; a clear error when the batch does not divide among the processes or the split is
+    smaller than one batch."""
+    rank_batch(batch_size, world)
     per_epoch = num_examples // batch_size
     if per_epoch == 0:
         raise ConfigError(

@@ -3,13 +3,18 @@
 A config has the sections `task`, `data` (the task's own settings), `model`, `train`, `attention` (per-backend
 options, keyed by backend name) and `presets` (overlays: `tiny`, `fa-paper`). Every key must be known: a typo is an
 error that lists the valid keys, never a silently ignored setting. Every model, train and data setting has a declared
-type and range (lra.train.settings), checked on the merged config, so YAML and `--set` values are checked alike.
+type and range (lra.train.settings), checked on the merged config, so YAML and `--set` values are checked alike;
+every `attention:` block names a registered backend and options it takes (a misspelling names the closest).
+The result is a frozen `RunConfig` read by attribute; `to_dict()` is the plain dict that records store and hash.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,58 +22,33 @@ import yaml
 
 from lra.core.errors import ConfigError
 from lra.core.hashing import stable_hash
+from lra.core.registry import did_you_mean
 from lra.train.schedules import check_schedule
-from lra.train.settings import check_settings, data_settings
+from lra.train.settings import (
+    ModelSettings,
+    TrainSettings,
+    check_settings,
+    data_settings,
+    defaults,
+    flagged,
+    freeze,
+    sections,
+    thaw,
+)
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
-MODEL_DEFAULTS: dict[str, Any] = {
-    "layers": 2,
-    "dim": 128,
-    "heads": 4,
-    "mlp_dim": 256,
-    "dropout": 0.1,
-    "attention_dropout": 0.0,
-    "pos_emb": "learned",  # learned | sinusoidal
-    "pool": "cls",  # cls | mean
-    "embed_std": 1.0,  # std of the token embeddings' normal init (1.0: torch's nn.Embedding default)
-    "head_dim": None,  # None: dim // heads
-    "classifier_dim": None,  # hidden width of the classifier MLP; None: mlp_dim
-}
 
-TRAIN_DEFAULTS: dict[str, Any] = {
-    "batch_size": 32,
-    "steps": 1000,
-    "lr": 1e-3,
-    "schedule": "rsqrt",  # rsqrt | cosine | linear | constant | onecycle (lra.train.schedules)
-    "warmup": 100,
-    "weight_decay": 0.0,
-    "betas": [0.9, 0.98],  # under schedule onecycle, betas[0] is ignored: beta1 cycles 0.95 -> 0.85 -> 0.95
-    "eps": 1e-9,
-    "grad_clip": 1.0,  # 0 disables
-    "eval_every": 200,
-    "eval_batches": 0,  # 0: the whole split
-    "checkpoint_every": 0,  # 0: at every evaluation
-    "log_every": 10,
-    "amp": "bf16",  # bf16 (fp16, loss-scaled) autocast on CUDA; none: fp32. Ignored on CPU (but by the numerics study)
-    "seed": 0,
-    "init_from": None,  # a run directory or checkpoint to start from (positions upsampled on the 2-D grid)
-    "acc_thresholds": [0.5, 0.6, 0.7],  # record wall-clock time when validation accuracy first reaches these
-    # How fast, not what: these three change no result (beyond float rounding) and stay out of the config hash.
-    "compile": "auto",  # none | default | max (lra.train.compiled); auto: none on the CPU, max on CUDA
-    "eval_batch_size": None,  # None: 4 x batch_size (evaluation needs no activations for a backward)
-    "data_placement": "auto",  # device | host; auto: splits that fit stay in GPU memory, the rest on the host
-}
+def speed_settings() -> tuple[str, ...]:
+    """The train settings declared `speed`: they change how fast a run goes, not its result."""
+    return tuple(flagged(sections()["train"], "speed"))
 
-# Settings that change the speed of a run but not its result: resuming or aggregating across them is the same run.
-SPEED_SETTINGS = ("compile", "eval_batch_size", "data_placement")
 
-# Settings added after run records were first stored, with the value every earlier run used: a record without one
-# is the same config as a run that sets it to this value (same hash, aggregated together).
-LATER_SETTINGS: dict[str, dict[str, Any]] = {"model": {"embed_std": 1.0}}
+SPEED_SETTINGS = speed_settings()  # the same, for readers of stored records (lra.results.aggregate)
 
 # Settings added later that stay out of the hash while they hold this value (what every earlier run did): a config
 # that leaves them there hashes as it did before they existed, so the hashes stored in existing records still match.
+# Data settings are declared by the task constructors; this names the one that is quiet at its default.
 QUIET_DEFAULTS: dict[str, dict[str, Any]] = {"data": {"black_padding": False}}
 
 SECTIONS = ("task", "data", "model", "train", "attention")
@@ -183,9 +163,59 @@ def _nest(parts: list[str], value: Any) -> dict[str, Any]:
     return out
 
 
-def load_config(task: str, preset: str | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RunConfig:
+    """A validated run config, frozen: `config.model.dim`, `config.train.lr`, `config.data["max_length"]`,
+    `config.attention["flash"]["block_m"]` (the data and attention sections are read-only mappings: their keys are
+    declared by each task's and each backend's constructor). Build a variant with `with_settings`, never by editing.
+    """
+
+    task: str
+    data: Mapping[str, Any]
+    model: ModelSettings
+    train: TrainSettings
+    attention: Mapping[str, Mapping[str, Any]]
+    preset: str = "default"
+
+    @classmethod
+    def from_dict(cls, plain: dict[str, Any]) -> RunConfig:
+        """The frozen form of a merged and checked plain config (see `resolve`)."""
+        built = {name: section(**freeze(plain[name])) for name, section in sections().items()}
+        rest = {"data": freeze(plain["data"]), "attention": freeze(plain["attention"])}
+        return cls(task=plain["task"], preset=plain.get("preset", "default"), **rest, **built)
+
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        """Pickled as its plain dict (read-only mappings do not pickle): worker processes get configs too."""
+        return (RunConfig.from_dict, (self.to_dict(),))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plain config as records store it and as the config hash has always been computed."""
+        out: dict[str, Any] = {"task": self.task, "data": thaw(self.data)}
+        for name in sections():
+            section = getattr(self, name)
+            out[name] = {f.name: thaw(getattr(section, f.name)) for f in dataclasses.fields(section)}
+        return {**out, "attention": thaw(self.attention), "preset": self.preset}
+
+    def options_of(self, backend: str) -> dict[str, Any]:
+        """The `attention: {backend: {...}}` options of `backend` ({} when the config sets none)."""
+        return thaw(self.attention.get(backend) or {})
+
+    def with_settings(self, overrides: Sequence[str] = (), *, overlay: dict[str, Any] | None = None) -> RunConfig:
+        """A variant of this config, built before it is checked as any config is: `--set`-style `overrides`
+        ('train.seed=1') and a nested `overlay` ({"attention": {"flash": {"block_m": 64}}}) applied in that order."""
+        plain = self.to_dict()
+        preset = plain.pop("preset")
+        for item in overrides:
+            parts, value = parse_override(item)
+            plain = _overlay(plain, _nest(parts, value), f"--set {item}")
+        if overlay:
+            plain = _overlay(plain, overlay, "the variant's settings")
+        return resolve({**plain, "preset": preset})
+
+
+def load_config(task: str, preset: str | None = None, overrides: list[str] | None = None) -> RunConfig:
     """The resolved config for `task` (a name or a YAML path) with `preset` and `--set` overrides applied."""
-    from tasks.registry import TASKS, task_options
+    from tasks.registry import task_options
 
     path = config_path(task)
     raw = read_yaml(path)
@@ -193,13 +223,9 @@ def load_config(task: str, preset: str | None = None, overrides: list[str] | Non
     if unknown:
         raise ConfigError(f"{path}: unknown section(s) {', '.join(unknown)}; sections: {', '.join(SECTIONS)}, presets")
     task_name = raw.get("task") or path.stem
-    config: dict[str, Any] = {
-        "task": task_name,
-        "data": task_options(task_name),
-        "model": copy.deepcopy(MODEL_DEFAULTS),
-        "train": copy.deepcopy(TRAIN_DEFAULTS),
-        "attention": {},
-    }
+    config: dict[str, Any] = {"task": task_name, "data": task_options(task_name)}
+    config.update({name: defaults(section) for name, section in sections().items()})
+    config["attention"] = {}
     config = _overlay(config, {k: v for k, v in raw.items() if k in SECTIONS}, str(path))
     presets = raw.get("presets") or {}
     if preset is not None:
@@ -210,9 +236,38 @@ def load_config(task: str, preset: str | None = None, overrides: list[str] | Non
         parts, value = parse_override(item)
         config = _overlay(config, _nest(parts, value), f"--set {item}")
     config["preset"] = preset or "default"
-    check_settings(config, data_settings(TASKS.get(task_name)))
+    return resolve(config)
+
+
+def resolve(config: dict[str, Any]) -> RunConfig:
+    """Check a merged plain config (each setting's type and range, the attention blocks, the checks across
+    settings) and freeze it."""
+    from tasks.registry import TASKS
+
+    config = copy.deepcopy(config)
+    check_settings(config, data_settings(TASKS.get(config["task"])))
+    check_attention(config["attention"])
     validate(config)
-    return config
+    return RunConfig.from_dict(config)
+
+
+def check_attention(blocks: dict[str, Any]) -> None:
+    """Every `attention:` block names a registered backend, and each of its options is one that backend takes."""
+    from attention_impls.registry import BACKENDS
+
+    for name, options in blocks.items():
+        if name not in BACKENDS:
+            raise ConfigError(
+                f"attention.{name}: no attention backend {name!r}{did_you_mean(name, BACKENDS.names())}; "
+                f"backends: {', '.join(BACKENDS.names())}"
+            )
+        valid = sorted(BACKENDS.options(name))
+        for option in options:
+            if option not in valid:
+                raise ConfigError(
+                    f"attention.{name}.{option}: {name!r} has no option {option!r}{did_you_mean(option, valid)}; "
+                    f"its options: {', '.join(valid) or '(none)'}"
+                )
 
 
 def validate(config: dict[str, Any]) -> None:
@@ -226,30 +281,31 @@ def validate(config: dict[str, Any]) -> None:
     check_schedule(t["schedule"], warmup=t["warmup"], total_steps=t["steps"])
 
 
-def head_dim_of(config: dict[str, Any]) -> int:
-    m = config["model"]
-    return int(m["head_dim"] or m["dim"] // m["heads"])
+def plain(config: RunConfig | dict[str, Any]) -> dict[str, Any]:
+    """A config as a plain dict: a RunConfig's `to_dict()`, a stored record's config as it is."""
+    return config.to_dict() if isinstance(config, RunConfig) else config
 
 
-def outcome_config(config: dict[str, Any]) -> dict[str, Any]:
+def outcome_config(config: RunConfig | dict[str, Any]) -> dict[str, Any]:
     """`config` without the train settings that change speed only (SPEED_SETTINGS): what decides the result."""
     config = comparable(config)
-    train = {k: v for k, v in config["train"].items() if k not in SPEED_SETTINGS}
+    train = {k: v for k, v in config["train"].items() if k not in speed_settings()}
     return {**config, "train": train}
 
 
-def with_later_settings(config: dict[str, Any]) -> dict[str, Any]:
-    """`config` with each LATER_SETTINGS value it lacks (a record stored before the setting existed)."""
-    out = dict(config)
-    for section, values in LATER_SETTINGS.items():
-        if isinstance(out.get(section), dict):
-            out[section] = {**values, **out[section]}
+def with_later_settings(config: RunConfig | dict[str, Any]) -> dict[str, Any]:
+    """`config` with each setting declared `since` that it lacks, at its default (a record stored before the setting
+    existed ran with it)."""
+    out = dict(plain(config))
+    for name, section in sections().items():
+        if isinstance(out.get(name), dict):
+            out[name] = {**flagged(section, "since"), **out[name]}
     return out
 
 
-def comparable(config: dict[str, Any]) -> dict[str, Any]:
-    """`config` as hashes and record comparisons see it: LATER_SETTINGS it lacks filled in, QUIET_DEFAULTS that hold
-    their quiet value left out."""
+def comparable(config: RunConfig | dict[str, Any]) -> dict[str, Any]:
+    """`config` as hashes and record comparisons see it: `since` settings it lacks filled in, QUIET_DEFAULTS that
+    hold their quiet value left out."""
     out = with_later_settings(config)
     for section, values in QUIET_DEFAULTS.items():
         if isinstance(out.get(section), dict):
@@ -257,7 +313,7 @@ def comparable(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def config_hash(config: dict[str, Any]) -> str:
+def config_hash(config: RunConfig | dict[str, Any]) -> str:
     """A short stable hash of the resolved config's outcome settings: a compiled and an eager run of one config (or
     runs that differ in evaluation batch size or data placement) share it, and so do records from before these
     settings existed."""

@@ -33,12 +33,14 @@ from lra.train import distributed as dist
 from lra.train import rundir
 from lra.train.budget import Pacer, TimeBudget
 from lra.train.checkpoint import BEST, LAST, load_checkpoint
-from lra.train.config import config_hash
+from lra.train.config import RunConfig, config_hash
 from lra.train.datahash import check_same_data, data_hashes
 from lra.train.device import resolve_device
 from lra.train.display import Throughput, Window, stats_text, train_progress
 from lra.train.feed import Feed, TrainBatches, place_split
-from lra.train.trainer import Trainer, build_trainer, cannot_run
+from lra.train.gate import gate
+from lra.train.settings import TrainSettings
+from lra.train.trainer import Trainer, build_trainer
 from tasks import build_task
 from tasks.registry import SPLITS, Split, Task
 
@@ -62,7 +64,7 @@ class RunState:
 
 
 def train(
-    config: dict[str, Any],
+    config: RunConfig,
     backend: str,
     *,
     out_dir: PathLike | None = None,
@@ -82,14 +84,13 @@ def train(
     `out_dir` or the newest unfinished run of the same task, backend, preset and seed. `stop_after` ends this call
     after that many steps as a kill would (tests of resume) and returns {"stopped_at", "run_dir"}. `on_eval(step,
     model)` is called at every evaluation (the numerics study snapshots weights there). `cpu_amp` applies train.amp
-    on the CPU too. `time_budget`: stop cleanly before it runs out, saving the full state, and return {"stopped_at",
+    on the CPU too. The run gate (lra.train.gate) is passed first, once, before anything is read or written.
+    `time_budget`: stop cleanly before it runs out, saving the full state, and return {"stopped_at",
     "run_dir", "time_limit_s"}. `init_root`: where a relative train.init_from is read from (default: the working
     directory; a campaign names its state folder).
     """
     dev = resolve_device(device)
-    reason = cannot_run(config, backend, dev)
-    if reason:
-        raise RunSetupError(reason)
+    gate(config, backend, dev, world_size=dist.world_size(), data_dir=data_dir)
     if not resume and out_dir is not None:
         rundir.check_unused(out_dir)
     where = {"out_dir": out_dir, "runs_root": runs_root}
@@ -105,7 +106,7 @@ def train(
 
 
 def _train(
-    config: dict[str, Any],
+    config: RunConfig,
     backend: str,
     run_dir: rundir.RunDir | None,
     *,
@@ -121,24 +122,21 @@ def _train(
     """`train()` once the run directory to resume (or None: a new one) is known and owned."""
     started = time.perf_counter()
     resume = run_dir is not None
-    task = build_task(config["task"], data_dir=data_dir, **config["data"])
-    reason = cannot_run(config, backend, dev, seq_len=task.seq_len)  # now with the length: can the scores fit?
-    if reason:
-        raise RunSetupError(reason)
+    task = build_task(config.task, data_dir=data_dir, **config.data)
     splits = {name: task.load(name) for name in SPLITS}
     trainer = build_trainer(config, task, backend, dev, cpu_amp=cpu_amp)
-    feeds = place_splits(splits, task, dev, config["train"]["data_placement"])
+    feeds = place_splits(splits, task, dev, config.train.data_placement)
     chash = config_hash(config)
     hashes = data_hashes(splits)
     if run_dir is not None:
         state = _restore(trainer, run_dir, chash)
-        check_same_data(state.data_hashes, hashes, run=str(run_dir.path), task=config["task"])
+        check_same_data(state.data_hashes, hashes, run=str(run_dir.path), task=config.task)
         state.data_hashes = state.data_hashes or hashes
     else:
         state = RunState(data_hashes=hashes)
-        _init_from(trainer.model, config["train"]["init_from"], root=init_root)
-        payload = {"config": config, "backend": backend, "config_hash": chash, "world_size": dist.world_size()}
-        payload["data_hashes"] = hashes
+        _init_from(trainer.model, config.train.init_from, root=init_root)
+        payload = {"config": config.to_dict(), "backend": backend, "config_hash": chash}
+        payload |= {"world_size": dist.world_size(), "data_hashes": hashes}
         run_dir = rundir.on_main(rundir.create, config, backend, payload, **where)
     parts = {"task": task, "splits": splits, "feeds": feeds, "trainer": trainer, "run_dir": run_dir, "state": state}
     run = _Run(config, backend, **parts, on_eval=on_eval, time_budget=time_budget, started=started)
@@ -189,7 +187,7 @@ class _Run:
 
     def __init__(
         self,
-        config: dict[str, Any],
+        config: RunConfig,
         backend: str,
         *,
         task: Task,
@@ -202,16 +200,16 @@ class _Run:
         time_budget: TimeBudget | None = None,
         started: float | None = None,
     ) -> None:
-        self.config, self.t, self.backend = config, config["train"], backend
+        self.config, self.t, self.backend = config, config.train, backend
         self.task, self.splits, self.feeds, self.trainer = task, splits, feeds, trainer
         where = {"rank": dist.rank(), "world": dist.world_size()}
-        self.batches = TrainBatches(feeds["train"], batch_size=self.t["batch_size"], seed=self.t["seed"], **where)
+        self.batches = TrainBatches(feeds["train"], batch_size=self.t.batch_size, seed=self.t.seed, **where)
         self.dir, self.state = run_dir, state
         self.on_eval = on_eval
         self.last = (math.nan, math.nan)  # the last window's mean loss and accuracy
         self.main = dist.is_main()
         self.seq_tokens = task.seq_len * (2 if task.pair else 1)
-        self.info = f"{config['task']} / {backend} / preset {config['preset']} on {trainer.device}"
+        self.info = f"{config.task} / {backend} / preset {config.preset} on {trainer.device}"
         self.clock = time.perf_counter()
         self.budget, self.out_of_time = time_budget, False
         self.session = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "from_step": trainer.global_step}
@@ -229,7 +227,7 @@ class _Run:
         for note in dropout_notes(self.trainer.model):
             console.print(f"note: {note}", highlight=False)
         if resumed:
-            console.print(f"resuming at step {self.trainer.global_step} of {self.t['steps']}")
+            console.print(f"resuming at step {self.trainer.global_step} of {self.t.steps}")
 
     def _tick(self) -> None:
         """Add the wall-clock time since the last tick to the run's training time."""
@@ -241,22 +239,22 @@ class _Run:
         """Train to the last step (True), or stop after `stop_after` steps of this call, or when the time budget
         would not hold the next stretch (False; `out_of_time`, with the full state saved)."""
         t, trainer = self.t, self.trainer
-        ckpt_every = t["checkpoint_every"] or t["eval_every"]
+        ckpt_every = t.checkpoint_every or t.eval_every
         window, timer = Window(trainer.device), Throughput(self.state)
         pace = self._pacer()
         if trainer.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(trainer.device)
         with train_progress(disable=not self.main) as progress:
-            bar = progress.add_task("train", total=t["steps"], completed=trainer.global_step, stats="")
-            budget = t["steps"] if stop_after is None else stop_after
-            while trainer.global_step < t["steps"] and budget > 0:
+            bar = progress.add_task("train", total=t.steps, completed=trainer.global_step, stats="")
+            budget = t.steps if stop_after is None else stop_after
+            while trainer.global_step < t.steps and budget > 0:
                 batch = self.batches(trainer.global_step)
                 window.add(trainer.step(batch.tokens, batch.labels, batch.padded))
                 budget -= 1
                 step = trainer.global_step
-                at_eval = step % t["eval_every"] == 0 or step == t["steps"]
-                at_ckpt = step % ckpt_every == 0 or step == t["steps"]
-                if not (step % t["log_every"] == 0 or at_eval or at_ckpt):
+                at_eval = step % t.eval_every == 0 or step == t.steps
+                at_ckpt = step % ckpt_every == 0 or step == t.steps
+                if not (step % t.log_every == 0 or at_eval or at_ckpt):
                     continue
                 pace.window(window.steps)
                 self.log(window, timer)
@@ -265,18 +263,18 @@ class _Run:
                     pace.timed(lambda: self.evaluate(progress.console), "evaluation")
                 if at_ckpt:
                     pace.timed(self.checkpoint, "saved")
-                if step < t["steps"] and not pace.fits_next(step, ckpt_every):
+                if step < t.steps and not pace.fits_next(step, ckpt_every):
                     self._stop_for_time()
                     return False
                 timer.restart()
                 pace.restart()
-        return trainer.global_step >= t["steps"]
+        return trainer.global_step >= t.steps
 
     def _pacer(self) -> _Pace:
         """The budget's bookkeeping for this loop (one that never stops the run when there is no budget)."""
-        batch = self.t["batch_size"]
+        batch = self.t.batch_size
         steps = {f"{s}_steps": math.ceil(len(self.splits[s]) / batch) for s in ("val", "test")}
-        limit = self.t["eval_batches"]
+        limit = self.t.eval_batches
         steps["val_steps"] = min(steps["val_steps"], limit) if limit else steps["val_steps"]
         pacer = None if self.budget is None else Pacer(self.budget, eval_steps=steps["val_steps"],
                                                        test_steps=steps["test_steps"])  # fmt: skip
@@ -290,7 +288,7 @@ class _Run:
         if self.main:
             used = self.budget.elapsed()
             console.print(
-                f"[bold yellow]stopped[/] at step {self.trainer.global_step} of {self.t['steps']} to keep within the "
+                f"[bold yellow]stopped[/] at step {self.trainer.global_step} of {self.t.steps} to keep within the "
                 f"time limit ({used:.0f} s of {self.budget.limit_s:.0f} s used); its full state is in {self.dir.last}",
                 highlight=False,
                 soft_wrap=True,
@@ -309,7 +307,7 @@ class _Run:
         """Close the logging window: mean loss and accuracy on all ranks; a non-finite loss stops the run."""
         step = self.trainer.global_step
         loss, acc, steps = window.collect()
-        timer.close(steps, final=step == self.t["steps"])
+        timer.close(steps, final=step == self.t.steps)
         if not math.isfinite(loss):
             last = self.dir.last if self.dir.last.is_file() else "none"
             raise NonFiniteLossError(
@@ -322,12 +320,12 @@ class _Run:
     def evaluate(self, out) -> None:
         """Validate, record the history and thresholds, keep the best checkpoint."""
         step, state = self.trainer.global_step, self.state
-        limit = self.t["eval_batches"] * self.t["batch_size"]  # eval_batches counts training batches
+        limit = self.t.eval_batches * self.t.batch_size  # eval_batches counts training batches
         val = self.trainer.evaluate(self.feeds["val"], limit=limit)
         self._tick()
         entry = {"step": step, "train_loss": self.last[0], "train_acc": self.last[1], "val_loss": val["loss"]}
         state.history.append({**entry, "val_acc": val["acc"], "time": round(state.train_time, 3)})
-        for thr in self.t["acc_thresholds"]:
+        for thr in self.t.acc_thresholds:
             if val["acc"] >= thr and str(thr) not in state.thresholds:
                 state.thresholds[str(thr)] = round(state.train_time, 3)
         if self.on_eval is not None:
@@ -383,21 +381,21 @@ class _Run:
             "val_acc": state.best_val_acc,
             "best_step": state.best_step,
             "steps_per_s": steps_per_s,
-            "tokens_per_s": steps_per_s * t["batch_size"] * self.seq_tokens,
+            "tokens_per_s": steps_per_s * t.batch_size * self.seq_tokens,
             "peak_mem_mb": torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None,
             "train_time_s": state.train_time,
             "time_to_acc_s": dict(state.thresholds),
             "majority_acc": majority(self.splits["test"].labels),
         }
         return run_record(
-            task=self.config["task"],
+            task=self.config.task,
             backend=self.backend,
-            preset=self.config["preset"],
+            preset=self.config.preset,
             steps=self.trainer.global_step,
             seq_len=self.task.seq_len,
             world_size=dist.world_size(),
             metrics=metrics,
-            config=self.config,
+            config=self.config.to_dict(),
             config_hash=config_hash(self.config),
             compile=self.trainer.loss.effective(),
             attention_dropout_applied=dropout_applied(self.trainer.model),
@@ -412,7 +410,7 @@ class _Pace:
     """The loop's view of its `Pacer`: times windows, evaluations and saves on the budget's clock, and says whether
     the stretch to the next logging point fits (always, without a budget). Rank 0 decides for every rank."""
 
-    def __init__(self, pacer: Pacer | None, train: dict[str, Any]) -> None:
+    def __init__(self, pacer: Pacer | None, train: TrainSettings) -> None:
         self.pacer, self.t = pacer, train
         self.clock = pacer.budget.clock if pacer is not None else time.perf_counter
         self.mark = self.clock()
@@ -436,10 +434,10 @@ class _Pace:
         if self.pacer is None:
             return True
         t = self.t
-        nxt = min(_next_multiple(step, every) for every in (t["log_every"], t["eval_every"], ckpt_every))
-        nxt = min(nxt, t["steps"])
-        final = nxt == t["steps"]
-        fits = self.pacer.fits(nxt - step, evaluates=final or nxt % t["eval_every"] == 0, final=final)
+        nxt = min(_next_multiple(step, every) for every in (t.log_every, t.eval_every, ckpt_every))
+        nxt = min(nxt, t.steps)
+        final = nxt == t.steps
+        fits = self.pacer.fits(nxt - step, evaluates=final or nxt % t.eval_every == 0, final=final)
         return bool(dist.broadcast_object(fits))
 
 

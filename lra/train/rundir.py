@@ -34,7 +34,7 @@ from lra.core.errors import RunSetupError
 from lra.core.hashing import flat_settings
 from lra.train import distributed as dist
 from lra.train.checkpoint import BEST, LAST, save_checkpoint
-from lra.train.config import config_hash, outcome_config
+from lra.train.config import RunConfig, config_hash, outcome_config
 
 T = TypeVar("T")
 CONFIG, METRICS, SUMMARY, LOCK = "config.json", "metrics.jsonl", "summary.json", "run.lock"
@@ -152,8 +152,8 @@ def _taken(path: Path) -> str:
     return f"{path} already holds a run; pass --resume to continue it, or choose another --out"
 
 
-def run_prefix(config: dict[str, Any], backend: str) -> str:
-    return f"{backend}-{config['preset']}-s{config['train']['seed']}-"
+def run_prefix(config: RunConfig, backend: str) -> str:
+    return f"{backend}-{config.preset}-s{config.train.seed}-"
 
 
 def _order(prefix: str) -> Callable[[Path], tuple[str, int]]:
@@ -179,14 +179,14 @@ def check_unused(out_dir: str | os.PathLike[str]) -> None:
         raise RunSetupError(_taken(path))
 
 
-def create(config: dict[str, Any], backend: str, payload: dict[str, Any], *, out_dir=None, runs_root=None) -> RunDir:
+def create(config: RunConfig, backend: str, payload: dict[str, Any], *, out_dir=None, runs_root=None) -> RunDir:
     """A new run directory, claimed for this run: `out_dir`, or a fresh default one under `runs_root`."""
     if out_dir is not None:
         run = RunDir(Path(out_dir))
         run.claim(payload)
         run.hold()
         return run
-    parent = Path(runs_root or default_runs_root()) / config["task"]
+    parent = Path(runs_root or default_runs_root()) / config.task
     base = parent / (run_prefix(config, backend) + start_stamp())
     with RunDir(base).writing(base):
         parent.mkdir(parents=True, exist_ok=True)
@@ -203,7 +203,7 @@ def create(config: dict[str, Any], backend: str, payload: dict[str, Any], *, out
     raise RunSetupError(f"{parent}: no free run directory name for {base.name}; remove old runs")
 
 
-def find_resumable(config: dict[str, Any], backend: str, *, out_dir=None, runs_root=None) -> RunDir:
+def find_resumable(config: RunConfig, backend: str, *, out_dir=None, runs_root=None) -> RunDir:
     """The run `--resume` continues, owned by this process (`RunDir.hold`): `out_dir`, or the newest unfinished one
     of the same task, backend, preset and seed under `runs_root`. A finished run is refused (it would be tested and
     recorded twice), and so is one started with other settings (`check_same_run`)."""
@@ -229,14 +229,14 @@ def _check_resumable(run: RunDir) -> None:
         raise RunSetupError(f"--resume: {run.path} has no checkpoint ({LAST}); start without --resume")
 
 
-def _newest_unfinished(config: dict[str, Any], backend: str, root: Path) -> RunDir:
+def _newest_unfinished(config: RunConfig, backend: str, root: Path) -> RunDir:
     prefix = run_prefix(config, backend)
-    runs = sorted((root / config["task"]).glob(prefix + "*"), key=_order(prefix), reverse=True)
+    runs = sorted((root / config.task).glob(prefix + "*"), key=_order(prefix), reverse=True)
     for path in runs:
         run = RunDir(path)
         if run.last.is_file() and not run.finished:
             return run
-    what = f"{config['task']} / {backend} / preset {config['preset']} / seed {config['train']['seed']}"
+    what = f"{config.task} / {backend} / preset {config.preset} / seed {config.train.seed}"
     finished = [p for p in runs if RunDir(p).finished]
     note = f" (the newest, {finished[0]}, is finished)" if finished else ""
     raise RunSetupError(
@@ -244,7 +244,7 @@ def _newest_unfinished(config: dict[str, Any], backend: str, root: Path) -> RunD
     )
 
 
-def check_same_run(run: RunDir, config: dict[str, Any], backend: str) -> None:
+def check_same_run(run: RunDir, config: RunConfig, backend: str) -> None:
     """Refuse to resume `run` with settings other than those it started with (its config.json): the backend and every
     setting of the config hash. Speed-only settings (train.compile, ...) and the number of processes may change: a
     run resumes across world sizes with the global batch kept (tests/test_distributed.py)."""

@@ -1,6 +1,9 @@
-"""Declared types and ranges of every config setting, checked once the YAML, the preset and `--set` are merged.
+"""Every config setting, declared once: name, type, range, default and one line of doc, checked once the YAML, the
+preset and `--set` are merged.
 
-`model:` and `train:` settings are declared here; a task's `data:` settings take their types from the task
+`model:` and `train:` settings are the fields of `ModelSettings` and `TrainSettings` below: adding a setting is one
+line in one of them (nothing else keeps a list of settings). The validated config holds instances of these frozen
+classes, read by attribute (lra.train.config.RunConfig). A task's `data:` settings take their types from the task
 constructor's annotations (or, unannotated, from its defaults), while the task keeps its own checks of values.
 Integer settings accept exactly-integral numbers (`train.steps=5e3` is 5000; `model.layers=2.5` is refused); bools
 are never numbers. A bad value is a ConfigError naming the key, the value and what is expected.
@@ -8,13 +11,16 @@ are never numbers. A bad value is a ConfigError naming the key, the value and wh
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import os
 import types
 import typing
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from lra.core.errors import ConfigError
@@ -98,42 +104,136 @@ POSITIVE_INT = Setting("int", low=1)
 COUNT = Setting("int", low=0)
 FRACTION = Setting("float", low=0, high=1, high_open=True)
 
-MODEL_SETTINGS: dict[str, Setting] = {
-    "layers": POSITIVE_INT,
-    "dim": POSITIVE_INT,
-    "heads": POSITIVE_INT,
-    "mlp_dim": POSITIVE_INT,
-    "dropout": FRACTION,
-    "attention_dropout": FRACTION,
-    "pos_emb": Setting("enum", choices=("learned", "sinusoidal")),
-    "pool": Setting("enum", choices=("cls", "mean", "mean_all")),
-    "embed_std": Setting("float", low=1e-6),
-    "head_dim": Setting("int", low=1, optional=True),
-    "classifier_dim": Setting("int", low=1, optional=True),
-}
 
-TRAIN_SETTINGS: dict[str, Setting] = {
-    "batch_size": POSITIVE_INT,
-    "steps": POSITIVE_INT,
-    "lr": Setting("float", low=0, low_open=True),  # lr 0 trains nothing: a typo, never a run
-    "schedule": Setting("enum", choices=SCHEDULES),  # onecycle also sets beta1: train.betas[0] is then ignored
-    "warmup": COUNT,
-    "weight_decay": Setting("float", low=0),
-    "betas": Setting("list", item=FRACTION, length=2),
-    "eps": Setting("float", low=0),
-    "grad_clip": Setting("float", low=0),
-    "eval_every": POSITIVE_INT,
-    "eval_batches": COUNT,
-    "checkpoint_every": COUNT,
-    "log_every": POSITIVE_INT,
-    "amp": Setting("enum", choices=("bf16", "fp16", "none")),
-    "seed": COUNT,
-    "init_from": Setting("path", optional=True),
-    "acc_thresholds": Setting("list", item=Setting("float", low=0, high=1)),
-    "compile": Setting("enum", choices=("auto", "none", "default", "max")),
-    "eval_batch_size": Setting("int", low=1, optional=True),
-    "data_placement": Setting("enum", choices=("auto", "device", "host")),
-}
+def setting(default: Any, rule: Setting, doc: str, *, speed: bool = False, since: bool = False) -> Any:
+    """One setting of a section class: its `default`, the `rule` its values pass, one line of `doc`.
+
+    `speed`: it changes how fast a run goes, never its result (left out of the config hash). `since`: added after
+    run records were first stored, and every earlier run used `default` (a record without it gets it).
+    A list default is stored as a tuple (the section is frozen); `RunConfig.to_dict` gives it back as a list.
+    """
+    frozen = tuple(default) if isinstance(default, list) else default
+    meta = {"rule": rule, "doc": doc, "speed": speed, "since": since}
+    return field(default=frozen, metadata=meta)
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """The `model:` section: the encoder's shape and regularisation."""
+
+    layers: int = setting(2, POSITIVE_INT, "encoder blocks")
+    dim: int = setting(128, POSITIVE_INT, "model width (embedding and residual stream)")
+    heads: int = setting(4, POSITIVE_INT, "attention heads per block")
+    mlp_dim: int = setting(256, POSITIVE_INT, "hidden width of each block's MLP")
+    dropout: float = setting(0.1, FRACTION, "dropout on embeddings, MLPs and residual branches")
+    attention_dropout: float = setting(0.0, FRACTION, "dropout on the attention probabilities (the backend's own)")
+    pos_emb: str = setting("learned", Setting("enum", choices=("learned", "sinusoidal")), "position embeddings")
+    pool: str = setting(
+        "cls", Setting("enum", choices=("cls", "mean", "mean_all")),
+        "pooling: [CLS], mean over real tokens, or mean over all positions (padding as zeros)",
+    )  # fmt: skip
+    embed_std: float = setting(
+        1.0, Setting("float", low=1e-6), "std of the token embeddings' normal init (1.0: torch's default)", since=True
+    )
+    head_dim: int | None = setting(None, Setting("int", low=1, optional=True), "per-head width; null: dim // heads")
+    classifier_dim: int | None = setting(
+        None, Setting("int", low=1, optional=True), "hidden width of the classifier MLP; null: mlp_dim"
+    )
+
+    @property
+    def resolved_head_dim(self) -> int:
+        """The attention head width: head_dim, or dim // heads when it is null."""
+        return int(self.head_dim or self.dim // self.heads)
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """The `train:` section: optimisation, evaluation, checkpoints, precision and speed."""
+
+    batch_size: int = setting(32, POSITIVE_INT, "global training batch (split evenly over --nproc ranks)")
+    steps: int = setting(1000, POSITIVE_INT, "optimizer steps")
+    lr: float = setting(1e-3, Setting("float", low=0, low_open=True), "peak learning rate (0 trains nothing)")
+    schedule: str = setting(
+        "rsqrt", Setting("enum", choices=SCHEDULES), "learning-rate schedule (onecycle also cycles beta1)"
+    )
+    warmup: int = setting(100, COUNT, "warm-up steps of the schedule")
+    weight_decay: float = setting(0.0, Setting("float", low=0), "AdamW weight decay (matrices only)")
+    betas: tuple[float, float] = setting(
+        [0.9, 0.98], Setting("list", item=FRACTION, length=2), "Adam betas (betas[0] ignored under onecycle)"
+    )
+    eps: float = setting(1e-9, Setting("float", low=0), "Adam epsilon")
+    grad_clip: float = setting(1.0, Setting("float", low=0), "gradient-norm clip; 0 disables")
+    eval_every: int = setting(200, POSITIVE_INT, "steps between validations")
+    eval_batches: int = setting(0, COUNT, "validation batches (of batch_size examples); 0: the whole split")
+    checkpoint_every: int = setting(0, COUNT, "steps between checkpoints; 0: at every validation")
+    log_every: int = setting(10, POSITIVE_INT, "steps between log lines")
+    amp: str = setting(
+        "bf16", Setting("enum", choices=("bf16", "fp16", "none")),
+        "autocast on CUDA (fp16 loss-scaled); none: fp32. Ignored on the CPU but by the numerics study",
+    )  # fmt: skip
+    seed: int = setting(0, COUNT, "seed of the initial weights, data order and dropout draws")
+    init_from: str | None = setting(
+        None, Setting("path", optional=True), "a run directory or checkpoint to start from (positions upsampled)"
+    )
+    acc_thresholds: tuple[float, ...] = setting(
+        [0.5, 0.6, 0.7], Setting("list", item=Setting("float", low=0, high=1)),
+        "validation accuracies whose first wall-clock time is recorded",
+    )  # fmt: skip
+    compile: str = setting(
+        "auto", Setting("enum", choices=("auto", "none", "default", "max")),
+        "torch.compile mode; auto: none on the CPU, max on CUDA", speed=True,
+    )  # fmt: skip
+    eval_batch_size: int | None = setting(
+        None, Setting("int", low=1, optional=True), "evaluation batch; null: 4 x batch_size", speed=True
+    )
+    data_placement: str = setting(
+        "auto", Setting("enum", choices=("auto", "device", "host")),
+        "where splits live; auto: in GPU memory when they fit", speed=True,
+    )  # fmt: skip
+
+
+def sections() -> dict[str, type]:
+    """The declared sections by config name. Looked up at call time, so nothing else keeps a copy of them."""
+    return {"model": ModelSettings, "train": TrainSettings}
+
+
+def declared(section: type) -> dict[str, dataclasses.Field]:
+    """A section class's settings by name, in declaration order."""
+    return {f.name: f for f in dataclasses.fields(section)}
+
+
+def defaults(section: type) -> dict[str, Any]:
+    """A section's defaults as a plain config dict (lists as lists)."""
+    return {name: thaw(f.default) for name, f in declared(section).items()}
+
+
+def rules(section: type) -> dict[str, Setting]:
+    """A section's value rules by setting name."""
+    return {name: f.metadata["rule"] for name, f in declared(section).items()}
+
+
+def flagged(section: type, flag: str) -> dict[str, Any]:
+    """The settings of `section` declared with `flag` (speed, since), with their defaults."""
+    return {name: thaw(f.default) for name, f in declared(section).items() if f.metadata[flag]}
+
+
+def freeze(value: Any) -> Any:
+    """A config value as a frozen object stores it: lists as tuples, mappings read-only (deeply)."""
+    if isinstance(value, list):
+        return tuple(freeze(v) for v in value)
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: freeze(v) for k, v in value.items()})
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """The plain (JSON, YAML) form of a frozen value: tuples as lists, mappings as dicts (deeply)."""
+    if isinstance(value, tuple):
+        return [thaw(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    return value
+
 
 _PLAIN = {int: "int", float: "float", bool: "bool", str: "str"}
 
@@ -179,8 +279,9 @@ def data_settings(task_cls: type) -> dict[str, Setting]:
 
 
 def check_settings(config: dict[str, Any], data: dict[str, Setting]) -> None:
-    """Check (and normalise, 2.0 -> 2) the model, train and data sections of a merged config in place."""
-    for section, schema in (("model", MODEL_SETTINGS), ("train", TRAIN_SETTINGS), ("data", data)):
+    """Check (and normalise, 2.0 -> 2) the declared sections and the data section of a merged config in place."""
+    schemas = [(name, rules(cls)) for name, cls in sections().items()]
+    for section, schema in [*schemas, ("data", data)]:
         values = config[section]
         for key, setting in schema.items():
             if key in values:

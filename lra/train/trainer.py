@@ -15,18 +15,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from attention_impls import why_cannot_run
-from attention_impls.registry import dropout_applied, mask_refusal, scores_too_big
+from attention_impls.registry import dropout_applied
 from lra.core.errors import is_oom
 from lra.core.progress import console
 from lra.model import build_model, padding_flags
 from lra.train import distributed as dist
 from lra.train.compiled import CompiledLoss, LossModel, compile_errors, resolve_mode
-from lra.train.config import head_dim_of
+from lra.train.config import RunConfig
 from lra.train.device import autocast_dtype, wants_loss_scaling
 from lra.train.feed import Feed, HostSplit
 from lra.train.schedules import beta1_at, lr_factor
-from tasks.registry import TASKS, Split, Task
+from lra.train.settings import TrainSettings
+from tasks.registry import Split, Task
 
 EVAL_BATCH_FACTOR = 4  # train.eval_batch_size null: this many training batches per evaluation batch
 
@@ -56,19 +56,20 @@ def step_seed(seed: int, rank: int, step: int) -> int:
 class Trainer:
     """Model, optimizer, schedule, autocast (`autocast`: a dtype, or None for full precision), clipping, step count.
 
-    `train` is the config's `train:` section. The step counter `global_step` counts optimizer steps taken; the
-    learning rate of the next step is lr * schedule(global_step + 1) (schedules are 1-based as in the LRA code), and
-    under onecycle its beta1 is beta1_at(global_step + 1) (train.betas[0] is then ignored), so a resumed run needs no
-    scheduler state. `compile_mode` is a resolved train.compile mode (lra.train.compiled); `name` the attention
-    backend, for messages. `loss_scaling` (None: `wants_loss_scaling`) steps through a torch.amp.GradScaler of the
-    device's type: the loss is scaled before backward, gradients unscaled before clipping, and a step with inf/nan
-    gradients is skipped by the optimizer but still counted, for the schedule too (as Xiong et al.'s run_tasks.py).
+    `train` is the config's `train:` section (TrainSettings). The step counter `global_step` counts optimizer steps
+    taken; the learning rate of the next step is lr * schedule(global_step + 1) (schedules are 1-based as in the LRA
+    code), and under onecycle its beta1 is beta1_at(global_step + 1) (train.betas[0] is then ignored), so a resumed
+    run needs no scheduler state. `compile_mode` is a resolved train.compile mode (lra.train.compiled); `name` the
+    attention backend, for messages. `loss_scaling` (None: `wants_loss_scaling`) steps through a
+    torch.amp.GradScaler of the device's type: the loss is scaled before backward, gradients unscaled before
+    clipping, and a step with inf/nan gradients is skipped by the optimizer but still counted, for the schedule too
+    (as Xiong et al.'s run_tasks.py).
     """
 
     def __init__(
         self,
         model: torch.nn.Module,
-        train: dict[str, Any],
+        train: TrainSettings,
         *,
         device: torch.device,
         autocast: torch.dtype | None,
@@ -79,19 +80,19 @@ class Trainer:
         self.model = model
         self.device = device
         self.autocast = autocast
-        self.base_lr = train["lr"]
-        self.grad_clip = train["grad_clip"]
-        self.seed = train["seed"]
-        self.eval_batch_size = train["eval_batch_size"] or EVAL_BATCH_FACTOR * train["batch_size"]
-        schedule = {"warmup": train["warmup"], "total_steps": train["steps"]}
-        self.factor = lr_factor(train["schedule"], **schedule)
-        self.beta1 = beta1_at(train["schedule"], **schedule)
+        self.base_lr = train.lr
+        self.grad_clip = train.grad_clip
+        self.seed = train.seed
+        self.eval_batch_size = train.eval_batch_size or EVAL_BATCH_FACTOR * train.batch_size
+        schedule = {"warmup": train.warmup, "total_steps": train.steps}
+        self.factor = lr_factor(train.schedule, **schedule)
+        self.beta1 = beta1_at(train.schedule, **schedule)
         self.fused = {"fused": True} if device.type == "cuda" else {}  # one kernel for the whole AdamW update
         self.optimizer = torch.optim.AdamW(
-            decay_groups(model, train["weight_decay"]),
-            lr=train["lr"],
-            betas=tuple(train["betas"]),
-            eps=train["eps"],
+            decay_groups(model, train.weight_decay),
+            lr=train.lr,
+            betas=tuple(train.betas),
+            eps=train.eps,
             **self.fused,
         )
         loss_model = LossModel(model, device_type=device.type, autocast=autocast)
@@ -219,31 +220,18 @@ def dropout_field(model: torch.nn.Module) -> dict[str, bool]:
     return {} if applied is None else {"attention_dropout_applied": applied}
 
 
-def cannot_run(config: dict[str, Any], backend: str, device: torch.device, seq_len: int | None = None) -> str | None:
-    """Why `backend` cannot train `config` on `device` (a message saying what would work), or None. With the task's
-    `seq_len`, also whether a backend that builds the N x N scores can hold them (`scores_too_big`)."""
-    m = config["model"]
-    reason = why_cannot_run(backend, device, None, head_dim_of(config), dropout=m["attention_dropout"])
-    reason = reason or mask_refusal(backend, TASKS.get(config["task"]).pads_inside(config["data"]))
-    if reason or seq_len is None:
-        return reason
-    batch = max(1, config["train"]["batch_size"] // dist.world_size())
-    lower = "train.batch_size or data.max_length"
-    return scores_too_big(backend, batch=batch, heads=m["heads"], seq_len=seq_len, device=device, lower=lower)
-
-
 def build_trainer(
-    config: dict[str, Any], task: Task, backend: str, device: torch.device, *, cpu_amp: bool = False
+    config: RunConfig, task: Task, backend: str, device: torch.device, *, cpu_amp: bool = False
 ) -> Trainer:
     """The trainer for a resolved config, a task's shape and an attention backend.
 
     The initial weights are a function of train.seed alone, so every rank of a data-parallel run builds the same
     model; `cpu_amp` makes train.amp apply on the CPU too.
     """
-    t = config["train"]
-    torch.manual_seed(t["seed"])
+    t = config.train
+    torch.manual_seed(t.seed)
     shape = dict(vocab_size=task.vocab_size, seq_len=task.seq_len, num_classes=task.num_classes, pair=task.pair)
     model = build_model(config, backend, **shape).to(device)
-    autocast = autocast_dtype(device, t["amp"], cpu_amp=cpu_amp)
-    mode = resolve_mode(t["compile"], device)
+    autocast = autocast_dtype(device, t.amp, cpu_amp=cpu_amp)
+    mode = resolve_mode(t.compile, device)
     return Trainer(model, t, device=device, autocast=autocast, compile_mode=mode, name=backend)
