@@ -17,6 +17,7 @@ from lra.core.errors import ConfigError, RunSetupError
 from lra.results.store import load_records
 from lra.train.budget import TimeBudget
 from lra.train.checkpoint import BEST, LAST, load_checkpoint
+from lra.train.config import resolve
 from lra.train.run import train
 
 SETS = ["model.pos_emb=learned", "data.num_train=48", "data.num_val=16", "data.num_test=16", "train.batch_size=8",
@@ -45,9 +46,9 @@ def test_the_curriculum_chain_comes_from_the_presets():
     stages = plan_stages("path-x", preset="curriculum", seed=3, overrides=["path-x:train.steps=100"])
     assert [(s.task, s.init_from) for s in stages] == [("pathfinder", None), ("path-64", "pathfinder"),
                                                       ("path-x", "path-64")]  # fmt: skip
-    assert [s.steps for s in stages][-1] == 100 and all(s.config["train"]["seed"] == 3 for s in stages)
-    model = stages[0].config["model"]
-    assert (model["layers"], model["dim"], model["heads"], model["pos_emb"]) == (4, 32, 4, "learned")
+    assert [s.steps for s in stages][-1] == 100 and all(s.config.train.seed == 3 for s in stages)
+    model = stages[0].config.model
+    assert (model.layers, model.dim, model.heads, model.pos_emb) == (4, 32, 4, "learned")
     assert [s.task for s in plan_stages("path-256", preset="curriculum", seed=0, overrides=[])] == [
         "pathfinder", "path-64", "path-256"]  # fmt: skip
     assert split_sets(["a.b=1", "path-x:c.d=2"]) == (["a.b=1"], {"path-x": ["c.d=2"]})
@@ -111,7 +112,7 @@ def test_a_campaign_stops_on_time_resumes_and_moves_on_with_positions_upsampled(
     ours = load_checkpoint(state / "path-64" / BEST)["model"]
     for config, same in ((by_hand, True), (scratch, False)):
         out = tmp_path / ("by-hand" if same else "scratch")
-        train(config, "naive", device="cpu", out_dir=out, data_dir=tmp_path / "data")
+        train(resolve(config), "naive", device="cpu", out_dir=out, data_dir=tmp_path / "data")
         theirs = load_checkpoint(out / BEST)["model"]
         assert theirs["encoder.pos"].shape == (1, 1024, 32)
         assert all(torch.equal(ours[k], theirs[k]) for k in ours) is same
