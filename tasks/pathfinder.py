@@ -15,6 +15,10 @@ Data settings (the config's `data:` keys):
   fly when a batch asks for them (no disk; for Path-256, 160k images are 10 GiB).
 - source: a folder in LRA's release layout to read instead of generating. Its images are imported once into a cache
   that records the release folder it came from (tasks/_cache.py); a run whose release differs imports it again.
+- black_padding: feed the raw grey levels, as LRA's input pipeline and Xiong et al.'s Nystromformer code did, so that
+  black pixels (about two thirds of an image) are padding: left out of attention, and with `model.pool: mean_all` out of
+  the pooled mean as that code's model does. Off by default (the project's rule: a black pixel is a pixel); on, it
+  needs a backend that takes any key mask (naive, sdpa_*), and the cache is the same either way.
 - downsample: average-pool the image by this factor before tokenising (1 = off). Only for CPU smoke runs of the long
   tasks: Path-X at downsample 4 is 32x32 tokens of Path-X's snakes. Not a benchmark setting.
 """
@@ -59,7 +63,11 @@ class PathfinderTask(Task):
         source: str | os.PathLike[str] | None = None,
         downsample: int = 1,
         generator: int = GENERATOR_VERSION,
+        black_padding: bool = False,
     ) -> None:
+        if not isinstance(black_padding, bool):
+            raise ValueError(f"data setting black_padding must be true or false, got {black_padding!r}")
+        self.black_padding = black_padding
         res = self.resolution
         check_settings(res, int(difficulty))
         self.generator = check_generator(int(generator))
@@ -93,6 +101,10 @@ class PathfinderTask(Task):
         """Image side after downsampling (the model's 2-D grid is side x side)."""
         return self.resolution // self.downsample
 
+    @classmethod
+    def pads_inside(cls, data: dict[str, Any]) -> bool:
+        return bool(data.get("black_padding"))
+
     def release_cache(self) -> TaskCache:
         """Where images imported from `source` live (one import per resolution and difficulty)."""
         settings = {"release": True, "resolution": self.resolution, "difficulty": self.difficulty}
@@ -117,7 +129,7 @@ class PathfinderTask(Task):
             if found is None:
                 raise DataCorruptError(f"{self.store.path}: {split} images were generated but cannot be read back")
             images, labels = found
-        return Split(PixelTokens(images, self.downsample), labels)
+        return Split(PixelTokens(images, self.downsample, offset=0 if self.black_padding else 1), labels)
 
     def _generate(self, counts: dict[str, int], workers: int) -> None:
         what = " + ".join(f"{n} {split}" for split, n in counts.items())

@@ -12,7 +12,9 @@ import pytest
 import yaml
 from PIL import Image
 
-from lra.core.errors import DataCorruptError, DataMissingError
+from lra.core.errors import DataCorruptError, DataMissingError, RunSetupError
+from lra.train.config import config_hash, load_config
+from lra.train.gate import gate
 from tasks import build_task
 from tasks._pathfinder import draw as D
 from tasks._pathfinder.grow import Canvases, Heads, extend
@@ -289,6 +291,33 @@ def test_cache_lazy_and_tokens_agree(tmp_path):
     pooled = build_task("pathfinder", data_dir=tmp_path, num_train=12, seed=2, downsample=2).load("train")
     img = first.image.astype(float).reshape(16, 2, 16, 2).mean(axis=(1, 3))
     assert np.array_equal(pooled.tokens[0], np.rint(img).ravel().astype(np.int64) + 1)
+
+
+def test_black_padding_feeds_the_raw_levels_of_the_same_cache(tmp_path):
+    """Xiong et al.'s pipeline: raw grey levels, so black pixels are token 0 (padding); the cache is shared."""
+    plain = build_task("pathfinder", data_dir=tmp_path, num_train=5, num_val=2, num_test=2, seed=4)
+    raw = build_task("pathfinder", data_dir=tmp_path, num_train=5, num_val=2, num_test=2, seed=4, black_padding=True)
+    plain.prepare(workers=1)
+    assert raw.info()["ready"] and raw.store.path == plain.store.path
+    tokens = np.asarray(raw.load("train").tokens)
+    first = D.draw(32, 14, "train", 0, seed=4).image.ravel()
+    assert np.array_equal(tokens[0], first.astype(np.int64))  # drawn by the generator, not shifted
+    assert (tokens[0] == 0).sum() == (first == 0).sum() > 100  # every black pixel is padding
+    assert np.array_equal(tokens, np.asarray(plain.load("train").tokens) - 1)
+    assert np.array_equal(raw.load("train").tokens[:2][np.arange(2)], tokens[:2])  # slices keep the levels
+    assert type(raw).pads_inside({"black_padding": True}) and not type(raw).pads_inside({})
+    with pytest.raises(ValueError, match="black_padding must be true or false"):
+        build_task("pathfinder", data_dir=tmp_path, black_padding=1)
+
+
+def test_black_padding_keeps_hashes_and_refuses_right_padded_backends():
+    plain = load_config("pathfinder", "fa-paper")
+    assert config_hash(load_config("pathfinder", "fa-paper", ["data.black_padding=false"])) == config_hash(plain)
+    padded = load_config("pathfinder", "fa-paper", ["data.black_padding=true", "model.pool=mean_all"])
+    assert config_hash(padded) != config_hash(plain)
+    gate(padded, "sdpa_math", "cpu")
+    with pytest.raises(RunSetupError, match="right-padded key masks only"):
+        gate(padded, "flash", "cpu")
 
 
 # ---------------------------------------------------------------- LRA's release layout

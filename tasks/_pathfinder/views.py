@@ -20,7 +20,7 @@ class PixelTokens:
     Supports len(), .shape, integer / slice / integer-array indexing (slices stay lazy) and np.asarray().
     """
 
-    def __init__(self, images: Any, downsample: int = 1) -> None:
+    def __init__(self, images: Any, downsample: int = 1, offset: int = 1) -> None:
         if len(images.shape) != 3:
             raise ValueError(f"images must be (N, H, W), got shape {images.shape}")
         n, h, w = images.shape
@@ -28,6 +28,7 @@ class PixelTokens:
             raise ValueError(f"downsample must be a positive divisor of the image size {h}x{w}, got {downsample}")
         self.images = images
         self.downsample = int(downsample)
+        self.offset = int(offset)  # 1: pixel + 1, black is not padding; 0: raw levels, black is padding
         self.side = (h // downsample, w // downsample)
         self.shape = (n, self.side[0] * self.side[1])
         self.dtype = np.dtype(np.int64)
@@ -42,11 +43,11 @@ class PixelTokens:
         if f > 1:
             pooled = imgs.reshape(len(imgs), self.side[0], f, self.side[1], f).mean(axis=(2, 4))
             imgs = np.rint(pooled)
-        return imgs.reshape(len(imgs), -1).astype(np.int64) + 1
+        return imgs.reshape(len(imgs), -1).astype(np.int64) + self.offset
 
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, slice):
-            return PixelTokens(self.images[key], self.downsample)
+            return PixelTokens(self.images[key], self.downsample, self.offset)
         if isinstance(key, (int, np.integer)):
             return self._tokens(np.asarray(self.images[int(key)])[None])[0]
         if isinstance(key, tuple):
