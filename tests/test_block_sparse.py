@@ -145,7 +145,7 @@ def test_one_pass_backward_walks_the_layout_lists():
 
 @pytest.mark.parametrize("in_registers", [True, False])
 def test_both_list_reading_paths_match_reference(in_registers, monkeypatch):
-    # Lists up to REGISTER_LIST_MAX entries are held in registers, longer ones prefetched (kernels/fwd.py next_block)
+    # Lists up to REGISTER_LIST_MAX entries are held in registers, longer ones prefetched (kernels/common.py next_block)
     from attention_impls.kernels import function
 
     monkeypatch.setattr(function, "REGISTER_LIST_MAX", 1 << 20 if in_registers else 0)

@@ -17,8 +17,18 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from attention_impls.kernels.common import dropout_keep, load_rng, load_tile, mma
-from attention_impls.kernels.fwd import list_prologue, next_block, visit_bounds
+from attention_impls.kernels.common import (
+    dropout_keep,
+    head_ptr,
+    list_prologue,
+    load_rows,
+    load_tile,
+    mma,
+    next_block,
+    program_start,
+    store_rows,
+    visit_plan,
+)
 
 
 @triton.jit
@@ -208,40 +218,24 @@ def bwd_dkdv(
     DK and DV share the strides (stride_g*) of freshly allocated gradient tensors. DQ (ATOMIC_DQ only): a zeroed
     fp32 buffer of q's shape with strides stride_dq*, which receives the unscaled dQ; rows past q_len stay zero.
     """
-    pid_n = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    kv_len = Nk
-    q_len = Nq
-    if HAS_LENGTHS:
-        length = tl.load(Lengths + b)
-        kv_len = tl.minimum(length, Nk)
-        if PAD_QUERIES:
-            q_len = tl.minimum(length, Nq)
-    seed, offset = load_rng(Rng, DROPOUT)
+    pid_n, bh, b, h, q_len, kv_len, seed, offset = program_start(
+        Lengths, Rng, H, Nq, Nk, HAS_LENGTHS, PAD_QUERIES, DROPOUT
+    )
     start_n = pid_n * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     n_ok = offs_n < kv_len
-    d_ok = offs_d < HEAD_DIM
-    PAD_D: tl.constexpr = HEAD_DIM != BLOCK_D
-    k_base = K + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
-    v_base = V + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
-    k = load_tile(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], n_ok[:, None], d_ok[None, :], True, PAD_D)
-    v = load_tile(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], n_ok[:, None], d_ok[None, :], True, PAD_D)
-    q_base = Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
-    do_base = DO + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh
+    k = load_rows(head_ptr(K, b, h, stride_kb, stride_kh), offs_n, stride_kn, n_ok, offs_d, HEAD_DIM)
+    v = load_rows(head_ptr(V, b, h, stride_vb, stride_vh), offs_n, stride_vn, n_ok, offs_d, HEAD_DIM)
+    q_base = head_ptr(Q, b, h, stride_qb, stride_qh)
+    do_base = head_ptr(DO, b, h, stride_dob, stride_doh)
     lse_base = Lse + bh.to(tl.int64) * Nq
     delta_base = Delta + bh.to(tl.int64) * Nq
-    dq_base = DQ + b.to(tl.int64) * stride_dqb + h.to(tl.int64) * stride_dqh
-
-    list_ptr = QList
-    if SPARSE:
-        list_ptr = QList + h * list_stride_h + pid_n * list_stride_row
-    n_full, n_any = visit_bounds(list_ptr, q_len, BLOCK_M, SPARSE, MAX_LIST)
-    n_full = tl.where(start_n < kv_len, n_full, 0)  # a fully padded key block gets zero gradients
-    n_any = tl.where(start_n < kv_len, n_any, 0)
+    dq_base = head_ptr(DQ, b, h, stride_dqb, stride_dqh)
+    # A fully padded key block gets zero gradients.
+    list_ptr, n_full, n_any = visit_plan(
+        QList, h, pid_n, list_stride_h, list_stride_row, q_len, start_n, kv_len, BLOCK_M, SPARSE, MAX_LIST
+    )
 
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
@@ -258,10 +252,8 @@ def bwd_dkdv(
     # Keys past the row's length were loaded as zeros and picked up junk in their own rows only: zero them.
     dk = tl.where(n_ok[:, None], dk * scale, 0.0)
     dv = tl.where(n_ok[:, None], dv, 0.0)
-    g_off = b.to(tl.int64) * stride_gb + h.to(tl.int64) * stride_gh + offs_n[:, None] * stride_gn + offs_d[None, :]
-    store_mask = (offs_n[:, None] < Nk) & d_ok[None, :]
-    tl.store(DK + g_off, dk.to(DK.dtype.element_ty), mask=store_mask)
-    tl.store(DV + g_off, dv.to(DV.dtype.element_ty), mask=store_mask)
+    store_rows(head_ptr(DK, b, h, stride_gb, stride_gh), offs_n, stride_gn, offs_n < Nk, offs_d, dk, HEAD_DIM)
+    store_rows(head_ptr(DV, b, h, stride_gb, stride_gh), offs_n, stride_gn, offs_n < Nk, offs_d, dv, HEAD_DIM)
 
 
 @triton.jit
@@ -376,49 +368,22 @@ def bwd_dq(
     LIST_IN_REGS: tl.constexpr,
 ):
     """One program: dQ of BLOCK_M query rows of one (batch, head). Grid (cdiv(Nq, BLOCK_M), batch * heads)."""
-    pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    kv_len = Nk
-    q_len = Nq
-    if HAS_LENGTHS:
-        length = tl.load(Lengths + b)
-        kv_len = tl.minimum(length, Nk)
-        if PAD_QUERIES:
-            q_len = tl.minimum(length, Nq)
-    seed, offset = load_rng(Rng, DROPOUT)
+    pid_m, bh, b, h, q_len, kv_len, seed, offset = program_start(
+        Lengths, Rng, H, Nq, Nk, HAS_LENGTHS, PAD_QUERIES, DROPOUT
+    )
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     m_ok = offs_m < Nq
-    d_ok = offs_d < HEAD_DIM
-    PAD_D: tl.constexpr = HEAD_DIM != BLOCK_D
-    q = load_tile(
-        Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh + offs_m[:, None] * stride_qn + offs_d[None, :],
-        m_ok[:, None],
-        d_ok[None, :],
-        True,
-        PAD_D,
-    )
-    do = load_tile(
-        DO + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh + offs_m[:, None] * stride_don + offs_d[None, :],
-        m_ok[:, None],
-        d_ok[None, :],
-        True,
-        PAD_D,
-    )
+    q = load_rows(head_ptr(Q, b, h, stride_qb, stride_qh), offs_m, stride_qn, m_ok, offs_d, HEAD_DIM)
+    do = load_rows(head_ptr(DO, b, h, stride_dob, stride_doh), offs_m, stride_don, m_ok, offs_d, HEAD_DIM)
     lse = tl.load(Lse + bh.to(tl.int64) * Nq + offs_m, mask=m_ok, other=float("inf"))
     delta = tl.load(Delta + bh.to(tl.int64) * Nq + offs_m, mask=m_ok, other=0.0)
-    k_base = K + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
-    v_base = V + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
-
-    list_ptr = KvList
-    if SPARSE:
-        list_ptr = KvList + h * list_stride_h + pid_m * list_stride_row
-    n_full, n_any = visit_bounds(list_ptr, kv_len, BLOCK_N, SPARSE, MAX_LIST)
-    n_full = tl.where(start_m < q_len, n_full, 0)
-    n_any = tl.where(start_m < q_len, n_any, 0)
+    k_base = head_ptr(K, b, h, stride_kb, stride_kh)
+    v_base = head_ptr(V, b, h, stride_vb, stride_vh)
+    list_ptr, n_full, n_any = visit_plan(
+        KvList, h, pid_m, list_stride_h, list_stride_row, kv_len, start_m, q_len, BLOCK_N, SPARSE, MAX_LIST
+    )
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     dq = dq_inner(
@@ -433,5 +398,4 @@ def bwd_dq(
     )  # fmt: skip
     # Padded query rows are selected to zero: NaN or inf in their q, dO or delta must not reach dQ.
     dq = tl.where((offs_m < q_len)[:, None], dq * scale, 0.0)
-    g_off = b.to(tl.int64) * stride_gb + h.to(tl.int64) * stride_gh + offs_m[:, None] * stride_gn + offs_d[None, :]
-    tl.store(DQ + g_off, dq.to(DQ.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
+    store_rows(head_ptr(DQ, b, h, stride_gb, stride_gh), offs_m, stride_gn, m_ok, offs_d, dq, HEAD_DIM)

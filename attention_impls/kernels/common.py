@@ -59,6 +59,109 @@ def load_rng(Rng, DROPOUT: tl.constexpr):
 
 
 @triton.jit
+def program_start(Lengths, Rng, H, Nq, Nk, HAS_LENGTHS: tl.constexpr, PAD_QUERIES: tl.constexpr, DROPOUT: tl.constexpr):
+    """Every kernel's prologue: (tile index, batch * heads + head, batch, head, query length, key length, RNG seed,
+    RNG offset) of this program, for the grid (tiles, batch * heads). Lengths are the row's key length (clipped to
+    Nk) and, with PAD_QUERIES, the same for the queries; otherwise Nq and Nk."""
+    pid = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    kv_len = Nk
+    q_len = Nq
+    if HAS_LENGTHS:
+        length = tl.load(Lengths + b)
+        kv_len = tl.minimum(length, Nk)
+        if PAD_QUERIES:
+            q_len = tl.minimum(length, Nq)
+    seed, offset = load_rng(Rng, DROPOUT)
+    return pid, bh, b, h, q_len, kv_len, seed, offset
+
+
+@triton.jit
+def head_ptr(X, b, h, stride_b, stride_h):
+    """X at (batch b, head h), in 64-bit offsets."""
+    return X + b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
+
+
+@triton.jit
+def load_rows(base, offs, stride, ok, offs_d, HEAD_DIM: tl.constexpr):
+    """The [len(offs), BLOCK_D] tile of rows `offs` (row stride `stride`); rows not `ok` and padded columns read 0."""
+    PAD_D: tl.constexpr = offs_d.shape[0] != HEAD_DIM
+    ptrs = base + offs[:, None] * stride + offs_d[None, :]
+    return load_tile(ptrs, ok[:, None], (offs_d < HEAD_DIM)[None, :], True, PAD_D)
+
+
+@triton.jit
+def store_rows(base, offs, stride, ok, offs_d, x, HEAD_DIM: tl.constexpr):
+    """Store tile `x` (cast to base's dtype) into rows `offs` where `ok`, columns below HEAD_DIM."""
+    ptrs = base + offs[:, None] * stride + offs_d[None, :]
+    tl.store(ptrs, x.to(base.dtype.element_ty), mask=ok[:, None] & (offs_d < HEAD_DIM)[None, :])
+
+
+@triton.jit
+def visit_plan(
+    List, h, pid, list_stride_h, list_stride_row, valid_len, own_start, own_len, BLOCK: tl.constexpr,
+    SPARSE: tl.constexpr, MAX_LIST: tl.constexpr,
+):  # fmt: skip
+    """(list pointer, number of fully valid blocks, number of blocks with any valid position) of this program's walk:
+    its row of the block list (block-sparse) or the range of blocks below `valid_len`. A program whose own block
+    (starting at `own_start`) lies past `own_len` (padding, or past the end) visits nothing."""
+    list_ptr = List
+    if SPARSE:
+        list_ptr = List + h * list_stride_h + pid * list_stride_row
+    n_full, n_any = visit_bounds(list_ptr, valid_len, BLOCK, SPARSE, MAX_LIST)
+    n_full = tl.where(own_start < own_len, n_full, 0)
+    n_any = tl.where(own_start < own_len, n_any, 0)
+    return list_ptr, n_full, n_any
+
+
+@triton.jit
+def list_prologue(list_ptr, lo, hi, SPARSE: tl.constexpr, LIST_IN_REGS: tl.constexpr, MAX_LIST: tl.constexpr):
+    """State for `next_block` before a loop: (the first entry, prefetched; the whole padded list in registers)."""
+    nxt = hi * 0
+    entries = tl.zeros([MAX_LIST], tl.int32)
+    if SPARSE:
+        if LIST_IN_REGS:
+            entries = tl.load(list_ptr + tl.arange(0, MAX_LIST))
+        else:
+            nxt = tl.load(list_ptr + lo, mask=lo < hi, other=0)
+    return nxt, entries
+
+
+@triton.jit
+def next_block(list_ptr, i, hi, nxt, entries, SPARSE: tl.constexpr, LIST_IN_REGS: tl.constexpr, MAX_LIST: tl.constexpr):
+    """(block index of step i, state for step i+1). A range visits block i. A short list (LIST_IN_REGS) is held in
+    registers and entry i picked out of it, so the step's K/V addresses depend only on i and the pipeliner
+    prefetches them; a long one is read one entry ahead (entry i+1 loads during step i). docs/flash_kernel.md, v2."""
+    if SPARSE:
+        if LIST_IN_REGS:
+            blk = tl.sum(tl.where(tl.arange(0, MAX_LIST) == i, entries, 0), axis=0)
+        else:
+            blk = nxt
+            nxt = tl.load(list_ptr + i + 1, mask=i + 1 < hi, other=0)
+    else:
+        blk = i
+    return blk, nxt
+
+
+@triton.jit
+def visit_bounds(list_ptr, valid_len, BLOCK: tl.constexpr, SPARSE: tl.constexpr, MAX_LIST: tl.constexpr):
+    """(number of fully valid blocks, number of blocks holding any valid position) among those to visit.
+
+    For a range these are valid_len // BLOCK and cdiv(valid_len, BLOCK); for a sorted list, the counts of its entries
+    below them (one vector load of the padded list).
+    """
+    n_full = valid_len // BLOCK
+    n_any = (valid_len + BLOCK - 1) // BLOCK
+    if SPARSE:
+        entries = tl.load(list_ptr + tl.arange(0, MAX_LIST))
+        n_full = tl.sum((entries < n_full).to(tl.int32), axis=0)
+        n_any = tl.sum((entries < n_any).to(tl.int32), axis=0)
+    return n_full, n_any
+
+
+@triton.jit
 def dropout_keep(seed, offset, bh, offs_m, start_n, threshold, BLOCK_N: tl.constexpr):
     """Keep-mask (True = kept) of query rows `offs_m` x keys start_n .. start_n + BLOCK_N - 1, shape
     [len(offs_m), BLOCK_N]; `start_n` is a multiple of 16 (tiles are powers of two >= 16)."""

@@ -15,52 +15,18 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from attention_impls.kernels.common import dropout_keep, load_rng, load_tile, mma
-
-
-@triton.jit
-def list_prologue(list_ptr, lo, hi, SPARSE: tl.constexpr, LIST_IN_REGS: tl.constexpr, MAX_LIST: tl.constexpr):
-    """State for `next_block` before a loop: (the first entry, prefetched; the whole padded list in registers)."""
-    nxt = hi * 0
-    entries = tl.zeros([MAX_LIST], tl.int32)
-    if SPARSE:
-        if LIST_IN_REGS:
-            entries = tl.load(list_ptr + tl.arange(0, MAX_LIST))
-        else:
-            nxt = tl.load(list_ptr + lo, mask=lo < hi, other=0)
-    return nxt, entries
-
-
-@triton.jit
-def next_block(list_ptr, i, hi, nxt, entries, SPARSE: tl.constexpr, LIST_IN_REGS: tl.constexpr, MAX_LIST: tl.constexpr):
-    """(block index of step i, state for step i+1). A range visits block i. A short list (LIST_IN_REGS) is held in
-    registers and entry i picked out of it, so the step's K/V addresses depend only on i and the pipeliner
-    prefetches them; a long one is read one entry ahead (entry i+1 loads during step i). docs/flash_kernel.md, v2."""
-    if SPARSE:
-        if LIST_IN_REGS:
-            blk = tl.sum(tl.where(tl.arange(0, MAX_LIST) == i, entries, 0), axis=0)
-        else:
-            blk = nxt
-            nxt = tl.load(list_ptr + i + 1, mask=i + 1 < hi, other=0)
-    else:
-        blk = i
-    return blk, nxt
-
-
-@triton.jit
-def visit_bounds(list_ptr, valid_len, BLOCK: tl.constexpr, SPARSE: tl.constexpr, MAX_LIST: tl.constexpr):
-    """(number of fully valid blocks, number of blocks holding any valid position) among those to visit.
-
-    For a range these are valid_len // BLOCK and cdiv(valid_len, BLOCK); for a sorted list, the counts of its entries
-    below them (one vector load of the padded list).
-    """
-    n_full = valid_len // BLOCK
-    n_any = (valid_len + BLOCK - 1) // BLOCK
-    if SPARSE:
-        entries = tl.load(list_ptr + tl.arange(0, MAX_LIST))
-        n_full = tl.sum((entries < n_full).to(tl.int32), axis=0)
-        n_any = tl.sum((entries < n_any).to(tl.int32), axis=0)
-    return n_full, n_any
+from attention_impls.kernels.common import (
+    dropout_keep,
+    head_ptr,
+    list_prologue,
+    load_rows,
+    load_tile,
+    mma,
+    next_block,
+    program_start,
+    store_rows,
+    visit_plan,
+)
 
 
 @triton.jit
@@ -169,36 +135,20 @@ def attn_fwd(
     LIST_IN_REGS: tl.constexpr,
 ):
     """One program: BLOCK_M query rows of one (batch, head). Grid (cdiv(Nq, BLOCK_M), batch * heads)."""
-    pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    kv_len = Nk
-    q_len = Nq
-    if HAS_LENGTHS:
-        length = tl.load(Lengths + b)
-        kv_len = tl.minimum(length, Nk)
-        if PAD_QUERIES:
-            q_len = tl.minimum(length, Nq)
-    seed, offset = load_rng(Rng, DROPOUT)
+    pid_m, bh, b, h, q_len, kv_len, seed, offset = program_start(
+        Lengths, Rng, H, Nq, Nk, HAS_LENGTHS, PAD_QUERIES, DROPOUT
+    )
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     m_ok = offs_m < Nq
-    d_ok = offs_d < HEAD_DIM
-    PAD_D: tl.constexpr = HEAD_DIM != BLOCK_D
-    q_base = Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
-    k_base = K + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
-    v_base = V + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
-    q = load_tile(q_base + offs_m[:, None] * stride_qn + offs_d[None, :], m_ok[:, None], d_ok[None, :], True, PAD_D)
-
-    list_ptr = KvList
-    if SPARSE:
-        list_ptr = KvList + h * list_stride_h + pid_m * list_stride_row
-    n_full, n_any = visit_bounds(list_ptr, kv_len, BLOCK_N, SPARSE, MAX_LIST)
+    k_base = head_ptr(K, b, h, stride_kb, stride_kh)
+    v_base = head_ptr(V, b, h, stride_vb, stride_vh)
+    q = load_rows(head_ptr(Q, b, h, stride_qb, stride_qh), offs_m, stride_qn, m_ok, offs_d, HEAD_DIM)
     # A block whose rows are all padding (or past Nq) visits nothing.
-    n_full = tl.where(start_m < q_len, n_full, 0)
-    n_any = tl.where(start_m < q_len, n_any, 0)
+    list_ptr, n_full, n_any = visit_plan(
+        KvList, h, pid_m, list_stride_h, list_stride_row, kv_len, start_m, q_len, BLOCK_N, SPARSE, MAX_LIST
+    )
 
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -222,10 +172,5 @@ def attn_fwd(
     out = tl.where(valid[:, None], acc * inv_l[:, None], 0.0)
     # Rows that attend to nothing get lse = +inf: the backward's exp2(s - lse) is then exactly 0 for them.
     lse = tl.where(valid, m_i + tl.math.log2(tl.where(valid, l_i, 1.0)), float("inf"))
-    o_base = Out + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
-    o_ptrs = o_base + offs_m[:, None] * stride_on + offs_d[None, :]
-    if PAD_D:
-        tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
-    else:
-        tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=m_ok[:, None])
+    store_rows(head_ptr(Out, b, h, stride_ob, stride_oh), offs_m, stride_on, m_ok, offs_d, out, HEAD_DIM)
     tl.store(Lse + bh.to(tl.int64) * Nq + offs_m, lse, mask=m_ok)
