@@ -49,7 +49,8 @@ class BlockSparseFlash(FlashAttention):
     Options: `layout` (pattern spec, default butterfly; see attention_impls/layouts.py), `block` (layout block size
     in tokens, default 128; kernel tiles are clamped to it), `seed` (the random pattern's default seed),
     `fallback` ('auto': kernel on CUDA or under TRITON_INTERPRET=1, dense-masked PyTorch otherwise; 'kernel';
-    'dense_masked'), and every `flash` option (scale, tiles, allow_tf32).
+    'dense_masked'), and every `flash` option (scale, tiles, allow_tf32) but `compact_padding`: the layout is one of
+    positions, so gathering tokens would change which pairs attend.
     """
 
     capabilities = Capabilities(
@@ -61,6 +62,7 @@ class BlockSparseFlash(FlashAttention):
         notes="own Triton kernel, kept blocks only; CPU: dense-masked fallback",
     )
     has_fallback = True
+    inner_padding_option = None
     default_layout: Any = "butterfly"
     default_block: int = 128
 
@@ -73,6 +75,8 @@ class BlockSparseFlash(FlashAttention):
         fallback: str = "auto",
         **flash_options,
     ):
+        if flash_options.get("compact_padding"):
+            raise ValueError(f"{self.name}: compact_padding is flash's only (a block layout is one of positions)")
         super().__init__(*args, **flash_options)
         self.layout_spec = parse_layout(layout if layout is not None else self.default_layout)
         self.block = int(block if block is not None else self.default_block)

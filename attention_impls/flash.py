@@ -6,7 +6,10 @@ tile, dQ per query tile, no atomics: gradients are bitwise reproducible; or, `de
 dQ by atomics, drawing P and the dropout mask once instead of twice). Memory is O(N) per head; work is
 4*N^2*D FLOPs forward and 2.5x that backward, minus the key tiles past each row's length (padding is skipped).
 
-Key padding reaches the kernel as per-row lengths (the mask must be right-padded). Attention dropout draws its
+Key padding reaches the kernel as per-row lengths (the mask must be right-padded). With `compact_padding`, any mask
+is taken: each row's real tokens are gathered to its front in their order, attended with lengths, and scattered back
+(exact: attention is blind to token order, the positions were added before it), as FlashAttention's unpadding does
+for Xiong et al.'s black-pixel padding. Attention dropout draws its
 keep-mask in the kernel (Philox, 16 decisions per call, p quantised to 1/256: `effective_dropout`) from an RNG state
 that a device op draws from torch's generator on every call, so the backward reproduces the mask, CUDA graphs replay
 with fresh masks and torch.manual_seed reproduces them. The kernels are torch.library custom ops: torch.compile
@@ -54,6 +57,18 @@ def padding_lengths(key_padding_mask: torch.Tensor | None) -> torch.Tensor | Non
     return lengths
 
 
+def compaction(key_padding_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(order, back) per row of the (B, N) mask: `order` lists the real tokens first, each group in its order, and
+    `back` undoes it (a stable sort of the padding flags and its inverse permutation)."""
+    order = torch.argsort((~key_padding_mask).to(torch.int8), dim=1, stable=True)
+    return order, torch.argsort(order, dim=1)
+
+
+def gather_tokens(x: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """x (B, H, N, D) with its tokens taken in `order` (B, N), the same for every head."""
+    return x.gather(2, order[:, None, :, None].expand(-1, x.shape[1], -1, x.shape[3]))
+
+
 @register_backend("flash")
 class FlashAttention(AttentionBackend):
     """Exact attention by this project's Triton FlashAttention kernels.
@@ -61,8 +76,12 @@ class FlashAttention(AttentionBackend):
     Options: `scale`; tile sizes `block_m`, `block_n`, `num_warps`, `num_stages` (forward) and `bwd_block_m`,
     `bwd_block_n`, `bwd_num_warps`, `bwd_num_stages` (backward), each None for the tuned default of the head dim;
     `allow_tf32` (fp32 inputs: tf32 dots instead of full-precision ones); `deterministic` (default True: the two-pass
-    backward, bitwise reproducible; False: the one-pass backward with dQ by fp32 atomics, whose last bits vary).
+    backward, bitwise reproducible; False: the one-pass backward with dQ by fp32 atomics, whose last bits vary);
+    `compact_padding` (default False: right-padded masks only; True: any mask, by gathering real tokens first, at the
+    price of a gather of q, k, v and a scatter of the output per call).
     """
+
+    inner_padding_option = "compact_padding"
 
     capabilities = Capabilities(
         devices=("cuda",),
@@ -85,6 +104,7 @@ class FlashAttention(AttentionBackend):
         bwd_num_stages: int | None = None,
         allow_tf32: bool = False,
         deterministic: bool = True,
+        compact_padding: bool = False,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
@@ -102,6 +122,9 @@ class FlashAttention(AttentionBackend):
         Tiles().with_options(**self.tile_options)  # reject bad tile options at construction
         self.allow_tf32 = bool(allow_tf32)
         self.deterministic = bool(deterministic)
+        if not isinstance(compact_padding, bool):
+            raise ValueError(f"compact_padding must be true or false, got {compact_padding!r}")
+        self.compact_padding = compact_padding
 
     def tiles(self, dtype: torch.dtype, device_type: str) -> Tiles:
         """The tiles used for inputs of `dtype` on `device_type`: the tuned defaults with the options applied."""
@@ -115,6 +138,14 @@ class FlashAttention(AttentionBackend):
         return None  # dense: every key tile below the row's length (block_sparse_flash overrides this)
 
     def forward(self, q, k, v, key_padding_mask=None):
+        if self.compact_padding and key_padding_mask is not None:
+            order, back = compaction(key_padding_mask)
+            lengths = key_padding_mask.sum(1, dtype=torch.int32)
+            out = self._attend(*(gather_tokens(x, order) for x in (q, k, v)), lengths)
+            return gather_tokens(out, back)
+        return self._attend(q, k, v, padding_lengths(key_padding_mask))
+
+    def _attend(self, q, k, v, lengths):
         from attention_impls.kernels.function import flash_attention  # imports triton only when it runs
 
         p = self.dropout if self.training else 0.0
@@ -122,7 +153,7 @@ class FlashAttention(AttentionBackend):
             q,
             k,
             v,
-            padding_lengths(key_padding_mask),
+            lengths,
             scale=self.scale,
             dropout_p=p,
             seed=draw_rng_state(q.device) if p > 0 else None,

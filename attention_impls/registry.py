@@ -90,6 +90,7 @@ class AttentionBackend(nn.Module):
     name: ClassVar[str]
     capabilities: ClassVar[Capabilities] = Capabilities()
     has_fallback: ClassVar[bool] = False  # a kernel with a plain-PyTorch fallback (see runs_kernel)
+    inner_padding_option: ClassVar[str | None] = None  # an option that, true, takes padding anywhere (mask_refusal)
 
     def __init__(self, heads: int, head_dim: int, seq_len: int, dropout: float = 0.0, scale: float | None = None):
         super().__init__()
@@ -195,14 +196,20 @@ def build_attention(
     return BACKENDS.build(name, options, heads=heads, head_dim=head_dim, seq_len=seq_len, dropout=dropout)
 
 
-def mask_refusal(name: str, pads_inside: bool) -> str | None:
-    """Why backend `name` cannot train data whose padding sits between real tokens (`pads_inside`), or None."""
-    if not pads_inside or BACKENDS.get(name).capabilities.any_key_mask:
+def mask_refusal(name: str, pads_inside: bool, options: dict[str, Any] | None = None) -> str | None:
+    """Why backend `name` with `options` cannot train data whose padding sits between real tokens (`pads_inside`),
+    or None. A backend takes such data when it declares `any_key_mask`, or when an option of its makes it do so
+    (`AttentionBackend.inner_padding_option`, set to true)."""
+    cls = BACKENDS.get(name)
+    opt = cls.inner_padding_option
+    if not pads_inside or cls.capabilities.any_key_mask or (opt and (options or {}).get(opt) is True):
         return None
     peers = [n for n, c in BACKENDS.items() if c.capabilities.any_key_mask]
+    opted = [f"{n} with --set attention.{n}.{c.inner_padding_option}=true" for n, c in BACKENDS.items()
+             if c.inner_padding_option]  # fmt: skip
     return (
         f"{name!r} is declared for right-padded key masks only, but this run's data has padding inside its "
-        f"sequences (black pixels, say); use a backend that takes any mask: {', '.join(peers)}"
+        f"sequences (black pixels, say); use a backend that takes any mask: {', '.join(peers + opted)}"
     )
 
 

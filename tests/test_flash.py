@@ -230,3 +230,46 @@ def test_cpu_without_interpreter_says_what_to_do(monkeypatch):
     assert msg is not None and "TRITON_INTERPRET=1" in msg
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert why_cannot_run("flash", "cpu", torch.float32, 64) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compact_padding_takes_padding_anywhere(dtype):
+    """`compact_padding`: a mask with padding inside rows (black pixels) gives the fp64 definition's output and
+    gradients, padded query rows zero; a right-padded mask gives what the plain backend gives."""
+    gen = _gen("compact", str(dtype))
+    opts = {"block_m": 16, "block_n": 16, "bwd_block_m": 16, "bwd_block_n": 16, "compact_padding": True}
+    attn = build_attention("flash", heads=2, head_dim=16, seq_len=50, options=opts)
+    q, k, v = _inputs(3, 2, 50, 50, 16, dtype, gen)
+    mask = torch.rand(3, 50, generator=gen) < 0.4  # about 20 real tokens per row, scattered
+    mask[2] = False
+    mask[2, [0, 17, 49]] = True  # three real tokens, the last at the end of the row
+    out = attn(q, k, v, mask)
+    do = torch.randn(out.shape, generator=gen).to(dtype)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref = reference_attention(q64, k64, v64, mask)
+    ref_grads = torch.autograd.grad(ref, (q64, k64, v64), do.double())
+    assert (out[~mask[:, None, :].expand(-1, 2, -1)] == 0).all()  # padded query rows
+    assert rel_err(out, ref) < TOL[dtype]
+    for got, want in zip(grads, ref_grads):
+        assert rel_err(got, want) < TOL[dtype] * 2
+    right = right_padded_mask([50, 31, 7], 50)
+    plain = build_attention("flash", heads=2, head_dim=16, seq_len=50, options={**opts, "compact_padding": False})
+    torch.testing.assert_close(attn(q, k, v, right), plain(q, k, v, right), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="right-padded"):
+        plain(q, k, v, mask)
+
+
+def test_compact_padding_is_flash_only_and_opens_the_gate():
+    from lra.core.errors import RunSetupError
+    from lra.train.config import load_config
+    from lra.train.gate import gate
+
+    with pytest.raises(ValueError, match="compact_padding"):
+        build_attention("flash", heads=2, head_dim=16, seq_len=64, options={"compact_padding": "yes"})
+    with pytest.raises(ValueError, match="flash's only"):
+        build_attention("block_sparse_flash", heads=2, head_dim=16, seq_len=256, options={"compact_padding": True})
+    sets = ["data.black_padding=true", "model.pool=mean_all"]
+    with pytest.raises(RunSetupError, match="flash with --set attention.flash.compact_padding=true"):
+        gate(load_config("pathfinder", "fa-paper", sets), "flash", "cpu")
+    gate(load_config("pathfinder", "fa-paper", [*sets, "attention.flash.compact_padding=true"]), "flash", "cpu")

@@ -43,7 +43,8 @@ def gate(config: RunConfig, backend: str, device: str | torch.device, *, world_s
     m = config.model
     per_rank = rank_batch(config.train.batch_size, world_size)
     reason = why_cannot_run(backend, device, None, m.resolved_head_dim, dropout=m.attention_dropout)
-    reason = reason or mask_refusal(backend, TASKS.get(config.task).pads_inside(config.data))
+    pads_inside = TASKS.get(config.task).pads_inside(config.data)
+    reason = reason or mask_refusal(backend, pads_inside, config.options_of(backend))
     seq_len = build_task(config.task, data_dir=data_dir, **config.data).seq_len  # no data is read
     lower = "train.batch_size or data.max_length"
     shape = {"batch": max(1, per_rank), "heads": m.heads, "seq_len": seq_len}
