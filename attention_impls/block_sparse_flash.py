@@ -49,8 +49,9 @@ class BlockSparseFlash(FlashAttention):
     Options: `layout` (pattern spec, default butterfly; see attention_impls/layouts.py), `block` (layout block size
     in tokens, default 128; kernel tiles are clamped to it), `seed` (the random pattern's default seed),
     `fallback` ('auto': kernel on CUDA or under TRITON_INTERPRET=1, dense-masked PyTorch otherwise; 'kernel';
-    'dense_masked'), and every `flash` option (scale, tiles, allow_tf32) but `compact_padding`: the layout is one of
-    positions, so gathering tokens would change which pairs attend.
+    'dense_masked'), and every `flash` option (scale, tiles, allow_tf32, compact_padding). With `compact_padding` the
+    layout addresses the packed positions (real tokens first), as FlashAttention v1's FlashBlocksparseAttention
+    does after `unpad_input`: the pairs that attend then depend on where the padding was.
     """
 
     capabilities = Capabilities(
@@ -62,7 +63,6 @@ class BlockSparseFlash(FlashAttention):
         notes="own Triton kernel, kept blocks only; CPU: dense-masked fallback",
     )
     has_fallback = True
-    inner_padding_option = None
     default_layout: Any = "butterfly"
     default_block: int = 128
 
@@ -75,8 +75,6 @@ class BlockSparseFlash(FlashAttention):
         fallback: str = "auto",
         **flash_options,
     ):
-        if flash_options.get("compact_padding"):
-            raise ValueError(f"{self.name}: compact_padding is flash's only (a block layout is one of positions)")
         super().__init__(*args, **flash_options)
         self.layout_spec = parse_layout(layout if layout is not None else self.default_layout)
         self.block = int(block if block is not None else self.default_block)
@@ -138,9 +136,9 @@ class BlockSparseFlash(FlashAttention):
             return False
         return device.type == "cuda" or triton_interpreting()
 
-    def forward(self, q, k, v, key_padding_mask=None):
+    def attend(self, q, k, v, key_padding_mask):
         if self.runs_kernel(q.device):
-            return super().forward(q, k, v, key_padding_mask)
+            return super().attend(q, k, v, key_padding_mask)
         if key_padding_mask is not None:
             lengths_from_mask(key_padding_mask)  # same contract as the kernel: right-padded masks only
         token_mask = self.token_mask(q.shape[2], k.shape[2])

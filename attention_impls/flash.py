@@ -140,12 +140,14 @@ class FlashAttention(AttentionBackend):
     def forward(self, q, k, v, key_padding_mask=None):
         if self.compact_padding and key_padding_mask is not None:
             order, back = compaction(key_padding_mask)
-            lengths = key_padding_mask.sum(1, dtype=torch.int32)
-            out = self._attend(*(gather_tokens(x, order) for x in (q, k, v)), lengths)
+            lengths = key_padding_mask.sum(1, keepdim=True)
+            packed = torch.arange(key_padding_mask.shape[1], device=lengths.device)[None, :] < lengths
+            out = self.attend(*(gather_tokens(x, order) for x in (q, k, v)), packed)
             return gather_tokens(out, back)
-        return self._attend(q, k, v, padding_lengths(key_padding_mask))
+        return self.attend(q, k, v, key_padding_mask)
 
-    def _attend(self, q, k, v, lengths):
+    def attend(self, q, k, v, key_padding_mask):
+        """The attention of (B, H, N, D) q, k, v under a right-padded `key_padding_mask` (or None)."""
         from attention_impls.kernels.function import flash_attention  # imports triton only when it runs
 
         p = self.dropout if self.training else 0.0
@@ -153,7 +155,7 @@ class FlashAttention(AttentionBackend):
             q,
             k,
             v,
-            lengths,
+            padding_lengths(key_padding_mask),
             scale=self.scale,
             dropout_p=p,
             seed=draw_rng_state(q.device) if p > 0 else None,

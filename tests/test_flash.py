@@ -260,16 +260,37 @@ def test_compact_padding_takes_padding_anywhere(dtype):
         plain(q, k, v, mask)
 
 
-def test_compact_padding_is_flash_only_and_opens_the_gate():
+def test_compact_padding_is_checked_and_opens_the_gate():
     from lra.core.errors import RunSetupError
     from lra.train.config import load_config
     from lra.train.gate import gate
 
     with pytest.raises(ValueError, match="compact_padding"):
         build_attention("flash", heads=2, head_dim=16, seq_len=64, options={"compact_padding": "yes"})
-    with pytest.raises(ValueError, match="flash's only"):
-        build_attention("block_sparse_flash", heads=2, head_dim=16, seq_len=256, options={"compact_padding": True})
     sets = ["data.black_padding=true", "model.pool=mean_all"]
     with pytest.raises(RunSetupError, match="flash with --set attention.flash.compact_padding=true"):
         gate(load_config("pathfinder", "fa-paper", sets), "flash", "cpu")
     gate(load_config("pathfinder", "fa-paper", [*sets, "attention.flash.compact_padding=true"]), "flash", "cpu")
+
+
+@pytest.mark.parametrize("fallback", ["kernel", "dense_masked"])
+def test_block_sparse_compact_padding_lays_its_blocks_over_the_packed_tokens(fallback):
+    """block_sparse_flash with `compact_padding` is block_sparse_flash on the real tokens gathered first (right-padded),
+    scattered back: its layout addresses the packed positions, as FlashAttention v1's unpadded block-sparse call."""
+    gen = _gen("compact-bsf", fallback)
+    opts = {"layout": "local", "block": 16, "fallback": fallback, "block_m": 16, "block_n": 16}
+    plain = build_attention("block_sparse_flash", heads=2, head_dim=16, seq_len=64, options=opts)
+    attn = build_attention(
+        "block_sparse_flash", heads=2, head_dim=16, seq_len=64, options={**opts, "compact_padding": True}
+    )
+    q, k, v = _inputs(2, 2, 64, 64, 16, torch.float32, gen)
+    mask = torch.rand(2, 64, generator=gen) < 0.6
+    out = attn(q, k, v, mask)
+    for b in range(2):
+        idx = mask[b].nonzero().squeeze(1)
+        packed = [
+            torch.cat([x[b : b + 1, :, idx], torch.zeros_like(x[b : b + 1, :, : 64 - len(idx)])], 2) for x in (q, k, v)
+        ]
+        want = plain(*packed, right_padded_mask([len(idx)], 64))[0, :, : len(idx)]
+        torch.testing.assert_close(out[b][:, idx], want, rtol=1e-6, atol=1e-6)
+        assert (out[b][:, ~mask[b]] == 0).all()
