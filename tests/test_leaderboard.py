@@ -212,7 +212,7 @@ def test_time_to_accuracy_without_history_is_a_dash(tmp_path):
 
 
 def test_time_to_accuracy_figure_plots_seconds_at_the_tables_targets():
-    from lra.results.run_plots import _target_points
+    from lra.results.plots.curves import _target_points
 
     records = [dict(r, _store="curated", _path=f"r{i}.json") for i, r in enumerate(crossing_records())]
     points = _target_points(records)
@@ -434,7 +434,7 @@ def test_campaign_stages_show_device_hours_with_every_stage_counted(tmp_path):
     """Two stages of one campaign: the second's hours to each of the paper's accuracies are the first stage's
     device-hours plus its own training seconds to that evaluation; its learning curve is plotted on that axis."""
     pytest.importorskip("matplotlib")
-    from lra.results.run_plots import campaign_curves
+    from lra.results.plots.campaigns import campaign_curves
 
     first_s, own_s = 1800.0, 5400.0
     stage1 = run_record("path-64", "block_sparse_flash", 0.58, preset="curriculum", history=curve((312, 0.52, 90.0)))
