@@ -1,15 +1,12 @@
-"""ListOps: evaluator, generator (against an independent transcription of LRA's algorithm), cache, TSV reader, export.
-
-The references here are written in this file: a hand-evaluated set of expressions, a recursive evaluator of LRA's
-parenthesised strings (LRA's own "unsaturated function" reading), and a plain transcription of LRA's recursive
-generator with Python's `random`.
+"""ListOps: the evaluator (hand-evaluated expressions), the task's cache, config and info, LRA's TSV reader and the
+export, against the independent references of tests/listops_reference.py. The generator's tests are
+tests/test_listops_generator.py.
 """
 
 from __future__ import annotations
 
 import csv
 import random
-import statistics
 from collections import Counter
 from pathlib import Path
 
@@ -20,143 +17,22 @@ import yaml
 from lra.core.errors import DataCorruptError, DataMissingError
 from tasks import _listops_gen as gen
 from tasks import listops
+from tasks._listops_tokens import evaluate
 from tasks.listops import ListOps, read_tsv, write_tsv
 from tasks.registry import INFO_FIELDS, Split, build_task, task_options
+from tests.listops_reference import (
+    SMALL,
+    TOKEN_ID,
+    bracket_tokens,
+    lra_parse,
+    lra_reference_tree,
+    lra_strings,
+    lra_to_string,
+    lra_value,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "listops"
 CONFIG = Path(__file__).parent.parent / "configs" / "listops.yaml"
-SMALL = gen.Grammar(max_length=60, min_length=10, max_depth=5, max_args=5)
-TOKEN_ID = {s: i for i, s in enumerate(gen.TOKEN_STRINGS)}
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Independent references
-
-
-def lra_parse(source: str):
-    """LRA's string `( a b )` as nested pairs; leaves are '[OP', digits and ']'."""
-    toks = source.split()
-    pos = 0
-
-    def node():
-        nonlocal pos
-        t = toks[pos]
-        pos += 1
-        if t != "(":
-            return t
-        a, b = node(), node()
-        assert toks[pos] == ")", f"expected ')' at token {pos} of {source!r}"
-        pos += 1
-        return (a, b)
-
-    tree = node()
-    assert pos == len(toks), f"trailing tokens in {source!r}"
-    return tree
-
-
-def lra_value(tree, max_args: int | None = None, arg_counts: list[int] | None = None) -> int | tuple:
-    """Evaluate nested pairs the way LRA's to_value reads them: an operator collects arguments until ']'."""
-    if isinstance(tree, str):
-        return int(tree) if tree.isdigit() else tree
-    left = lra_value(tree[0], max_args, arg_counts)
-    right = lra_value(tree[1], max_args, arg_counts)
-    if isinstance(left, str):
-        return (left, [right])
-    if right == "]":
-        op, args = left
-        if arg_counts is not None:
-            arg_counts.append(len(args))
-        return {
-            "[MIN": min,
-            "[MAX": max,
-            "[MED": lambda a: int(statistics.median(a)),
-            "[SM": lambda a: sum(a) % 10,
-        }[op](args)
-    return (left[0], left[1] + [right])
-
-
-def bracket_tokens(expr: str) -> list[int]:
-    """Token ids of an expression written without parentheses: '[MAX 2 [MIN 3 4 ] ]'."""
-    return [TOKEN_ID[t] for t in expr.split()]
-
-
-def lra_reference_tree(rng: random.Random, depth: int, max_depth: int, max_args: int):
-    """LRA's generate_tree, transcribed: (nested pairs, length without parentheses)."""
-    if depth < max_depth and rng.random() <= 0.25:
-        n_args = rng.randint(2, max_args)
-        args, length = [], 2
-        for _ in range(n_args):
-            sub, sub_len = lra_reference_tree(rng, depth + 1, max_depth, max_args)
-            args.append(sub)
-            length += sub_len
-        op = rng.choice(["[MIN", "[MAX", "[MED", "[SM"])
-        tree = (op, args[0])
-        for a in args[1:]:
-            tree = (tree, a)
-        return (tree, "]"), length
-    return str(rng.choice(range(10))), 1
-
-
-def lra_to_string(tree) -> str:
-    if isinstance(tree, str):
-        return tree
-    return "( " + lra_to_string(tree[0]) + " " + lra_to_string(tree[1]) + " )"
-
-
-def lra_reference_sample(g: gen.Grammar, n: int, seed: int, value_p: float = 0.25) -> list[str]:
-    """n distinct accepted strings from the transcription, in order (`value_p` other than 0.25 is a wrong grammar)."""
-    rng = random.Random(seed)
-    out: dict[str, None] = {}
-    while len(out) < n:
-        if value_p == 0.25:
-            tree, length = lra_reference_tree(rng, 1, g.max_depth, g.max_args)
-        else:
-            tree, length = _biased_tree(rng, 1, g, value_p)
-        if g.min_length < length < g.max_length:
-            out.setdefault(lra_to_string(tree))
-    return list(out)
-
-
-def _biased_tree(rng: random.Random, depth: int, g: gen.Grammar, p: float):
-    if depth < g.max_depth and rng.random() <= p:
-        subs = [_biased_tree(rng, depth + 1, g, p) for _ in range(rng.randint(2, g.max_args))]
-        tree = (rng.choice(["[MIN", "[MAX", "[MED", "[SM"]), subs[0][0])
-        for s, _ in subs[1:]:
-            tree = (tree, s)
-        return (tree, "]"), 2 + sum(n for _, n in subs)
-    return str(rng.randrange(10)), 1
-
-
-def row_stats(strings: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Length (tokens without parentheses), value and depth (root = 1) of LRA strings."""
-    lengths, values, depths = [], [], []
-    for s in strings:
-        toks = [t for t in s.split() if t not in "()"]
-        lengths.append(len(toks))
-        values.append(lra_value(lra_parse(s)))
-        level = deepest = 0
-        for t in toks:
-            level += t.startswith("[")
-            level -= t == "]"
-            deepest = max(deepest, level)
-        depths.append(deepest + 1)
-    return np.array(lengths), np.array(values), np.array(depths)
-
-
-def chi2(a: np.ndarray, b: np.ndarray, bins: np.ndarray) -> tuple[float, int]:
-    """Two-sample chi-square statistic over `bins` (edges) and its degrees of freedom."""
-    ca, _ = np.histogram(a, bins)
-    cb, _ = np.histogram(b, bins)
-    keep = (ca + cb) > 0
-    ca, cb = ca[keep].astype(float), cb[keep].astype(float)
-    ka, kb = np.sqrt(cb.sum() / ca.sum()), np.sqrt(ca.sum() / cb.sum())
-    return float((((ka * ca - kb * cb) ** 2) / (ca + cb)).sum()), int(keep.sum()) - 1
-
-
-def lra_strings(tokens: np.ndarray) -> list[str]:
-    """LRA's printed string of each token row, through the TSV writer's byte builder (one row per line)."""
-    tokens = np.atleast_2d(tokens)
-    return gen.lra_bytes(tokens, [b"\n"], np.zeros(len(tokens), dtype=np.int64)).decode().split("\n")[:-1]
 
 
 def tiny_settings() -> dict:
@@ -183,7 +59,7 @@ HAND = [
 
 @pytest.mark.parametrize("expr,value", HAND)
 def test_evaluator_hand_expressions(expr, value):
-    assert gen.evaluate(np.array(bracket_tokens(expr))).tolist() == [value]
+    assert evaluate(np.array(bracket_tokens(expr))).tolist() == [value]
 
 
 def test_evaluator_batch_with_padding_matches_single_rows():
@@ -191,147 +67,18 @@ def test_evaluator_batch_with_padding_matches_single_rows():
     for i, (expr, _) in enumerate(HAND):
         toks = bracket_tokens(expr)
         rows[i, : len(toks)] = toks
-    assert gen.evaluate(rows).tolist() == [v for _, v in HAND]
+    assert evaluate(rows).tolist() == [v for _, v in HAND]
 
 
 @pytest.mark.parametrize("expr", ["[MAX 2 9", "[MAX 2 9 ] ]", "[MAX ]", "2 3", "[MAX 2 ] 4", "] [MAX 2 9"])
 def test_evaluator_rejects_malformed(expr):
     with pytest.raises(ValueError, match="not well-formed"):
-        gen.evaluate(np.array(bracket_tokens(expr)))
+        evaluate(np.array(bracket_tokens(expr)))
 
 
 def test_evaluator_rejects_unknown_token_ids():
     with pytest.raises(ValueError, match="not well-formed"):
-        gen.evaluate(np.array([12, 3, 16, 15]))
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Generated data: labels, grammar, determinism, duplicates
-
-
-@pytest.fixture(scope="module")
-def small_strings():
-    tokens, labels = gen.generate(SMALL, seed=3, total=1500)
-    return tokens, labels, lra_strings(tokens)
-
-
-def test_labels_match_independent_evaluation(small_strings):
-    tokens, labels, strings = small_strings
-    assert [lra_value(lra_parse(s)) for s in strings] == labels.tolist()
-
-
-def test_labels_match_at_full_settings():
-    chunk = gen.generate_chunk(gen.Grammar(), seed=0, chunk=0, n_trees=1024)
-    assert len(chunk.labels) > 20
-    strings = lra_strings(chunk.tokens)
-    assert [lra_value(lra_parse(s)) for s in strings] == chunk.labels.tolist()
-    lengths = (chunk.tokens != 0).sum(axis=1)
-    assert lengths.min() > 500 and lengths.max() < 2000
-
-
-def test_grammar_bounds(small_strings):
-    tokens, _, strings = small_strings
-    g = SMALL
-    assert tokens.shape == (1500, g.max_length) and tokens.dtype == np.uint8
-    assert set(np.unique(tokens).tolist()) <= set(range(gen.VOCAB_SIZE))
-    lengths = (tokens != 0).sum(axis=1)
-    # right-padded: every real token sits before every pad
-    assert ((tokens != 0) == (np.arange(g.max_length) < lengths[:, None])).all()
-    lengths_s, _, depths = row_stats(strings)
-    assert (lengths_s == lengths).all()
-    assert lengths.min() > g.min_length and lengths.max() < g.max_length
-    assert depths.max() <= g.max_depth and depths.max() == g.max_depth  # the limit is reached, not exceeded
-    counts: list[int] = []
-    for s in strings:
-        lra_value(lra_parse(s), arg_counts=counts)
-        assert set(s.split()) <= {"(", ")", "]", "[MIN", "[MAX", "[MED", "[SM", *map(str, range(10))}
-    assert min(counts) == 2 and max(counts) == g.max_args
-
-
-def test_deterministic_across_runs_and_workers(monkeypatch):
-    g = gen.Grammar(max_length=80, min_length=12, max_depth=6, max_args=5)
-    a = gen.generate(g, seed=11, total=700, workers=1, n_trees=256)
-    b = gen.generate(g, seed=11, total=700, workers=1, n_trees=256)
-    monkeypatch.setattr(gen, "POOL_AFTER_S", 0.0)  # force the process pool even for this small job
-    c = gen.generate(g, seed=11, total=700, workers=2, n_trees=256)
-    other = gen.generate(g, seed=12, total=700, workers=1, n_trees=256)
-    for x in (b, c):
-        assert np.array_equal(a[0], x[0]) and np.array_equal(a[1], x[1])
-    assert not np.array_equal(a[0], other[0])
-
-
-def test_deduplicates_in_order_and_splits_do_not_overlap(tmp_path):
-    g = gen.Grammar(max_length=14, min_length=4, max_depth=3, max_args=3)  # few distinct trees: duplicates are common
-    drawn = [gen.generate_chunk(g, seed=5, chunk=c, n_trees=512) for c in range(3)]
-    raw = [row.tobytes() for ch in drawn for row in ch.tokens]
-    assert len(set(raw)) < len(raw)  # the stream does repeat itself
-    first_seen = list(dict.fromkeys(raw))
-    tokens, _ = gen.generate(g, seed=5, total=200, n_trees=512)
-    assert [row.tobytes() for row in tokens] == first_seen[:200]
-
-    task = ListOps(
-        tmp_path, max_length=14, min_length=4, max_depth=3, max_args=3, num_train=150, num_val=40, num_test=40
-    )
-    rows = {s: {r.tobytes() for r in task.load(s).tokens} for s in ("train", "val", "test")}
-    assert [len(v) for v in rows.values()] == [150, 40, 40]
-    assert not (rows["train"] & rows["val"] or rows["train"] & rows["test"] or rows["val"] & rows["test"])
-
-
-def test_too_few_distinct_trees_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(gen, "STALL_CHUNKS", 3)
-    g = gen.Grammar(max_length=6, min_length=3, max_depth=2, max_args=2)  # only [OP a b ]: 4 * 100 trees
-    with pytest.raises(RuntimeError, match="no new sequence"):
-        gen.generate(g, seed=0, total=500, n_trees=4096)
-
-
-@pytest.mark.parametrize(
-    "kwargs,match",
-    [
-        ({"min_length": 2000}, "min_length < max_length"),
-        ({"max_args": 1}, "max_args"),
-        ({"max_depth": 2, "max_args": 3, "min_length": 20}, "at most 5 tokens"),
-        ({"num_val": -1}, "num_val"),
-    ],
-)
-def test_bad_settings_are_refused(tmp_path, kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        ListOps(tmp_path, **kwargs)
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Same distribution as LRA's algorithm
-
-
-DIST = gen.Grammar(max_length=40, min_length=8, max_depth=5, max_args=4)
-N_DIST = 3000
-
-
-@pytest.fixture(scope="module")
-def reference_stats():
-    return row_stats(lra_reference_sample(DIST, N_DIST, seed=1234))
-
-
-def test_distribution_matches_lra_transcription(reference_stats):
-    tokens, _ = gen.generate(DIST, seed=0, total=N_DIST)
-    ours = row_stats(lra_strings(tokens))
-    length_bins = np.array([9, 11, 13, 15, 18, 21, 25, 30, 40])
-    for name, a, b, bins in [
-        ("length", ours[0], reference_stats[0], length_bins),
-        ("label", ours[1], reference_stats[1], np.arange(11) - 0.5),
-        ("depth", ours[2], reference_stats[2], np.arange(2, 7) - 0.5),
-    ]:
-        stat, dof = chi2(a, b, bins)
-        # 3 * dof + 12 is at or above chi-square's p = 1e-4 critical value for 3 to 9 dof: a loose bound
-        assert stat < 3 * dof + 12, f"{name}: chi2 {stat:.1f} with {dof} dof"
-    assert abs(ours[0].mean() - reference_stats[0].mean()) < 5 * np.sqrt(
-        ours[0].var() / N_DIST + reference_stats[0].var() / N_DIST
-    )
-
-
-def test_distribution_check_detects_a_wrong_grammar(reference_stats):
-    wrong = row_stats(lra_reference_sample(DIST, N_DIST, seed=99, value_p=0.32))
-    stat, dof = chi2(wrong[0], reference_stats[0], np.array([9, 11, 13, 15, 18, 21, 25, 30, 40]))
-    assert stat > 3 * dof + 12
+        evaluate(np.array([12, 3, 16, 15]))
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -352,7 +99,7 @@ def test_tiny_preset_generates_caches_and_reads_back(tmp_path, monkeypatch):
     assert info["prepare"] == f"lra data prepare listops {changed} --data-dir {tmp_path}"
     val = task.load("val")
     assert val.tokens.shape == (tiny_settings()["num_val"], tiny_settings()["max_length"])
-    assert (gen.evaluate(val.tokens) == val.labels).all()
+    assert (evaluate(val.tokens) == val.labels).all()
     info = task.info()
     assert info["ready"] and info["prepare"] is None and Path(info["where"]).parent == tmp_path / "listops"
     assert info["splits"] == {s: tiny_settings()[f"num_{s}"] for s in ("train", "val", "test")}
@@ -391,7 +138,7 @@ def test_reader_on_release_format_fixture():
     assert train.labels.tolist() == [9, 4, 2, 4, 7]
     expected = bracket_tokens("[MIN 4 [MAX 1 8 ] 6 ]")
     assert train.tokens[1, : len(expected)].tolist() == expected and not train.tokens[1, len(expected) :].any()
-    assert (gen.evaluate(train.tokens) == train.labels).all()
+    assert (evaluate(train.tokens) == train.labels).all()
     task = ListOps(source=FIXTURES, max_length=40)
     assert task.load("test").labels.tolist() == [3, 4]
     assert task.load("val").labels.tolist() == [3, 0]

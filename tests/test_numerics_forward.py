@@ -243,7 +243,7 @@ def test_plots_with_the_plots_extra(tmp_path):
     pytest.importorskip("matplotlib")
     from PIL import Image
 
-    from lra.results.numerics_plots import plot_figure, plot_forward, plot_weights
+    from lra.results.plots.deviation import plot_figure, plot_forward, plot_weights
 
     spec = ForwardSpec(backends=["naive", "sdpa_math"], dtypes=["fp32", "bf16"], seqs=[16, 32], draws=2, **TINY)
     path = plot_forward(forward_study(spec), tmp_path / "fwd.png")

@@ -5,7 +5,9 @@ byte for byte; an unreadable record is skipped with a warning, or refused with -
 
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 
 import pytest
 
@@ -173,7 +175,7 @@ def test_the_curated_records_regenerate_the_committed_leaderboard_byte_for_byte(
     committed files (links into the store made relative again). Plots are laid out but not drawn (the PNG writes
     take most of the time); the page lists the same figures. Regenerate the leaderboard when you add records."""
     pytest.importorskip("matplotlib")
-    from lra.results import numerics_plots, plots, run_plots
+    from lra.results import plots
     from lra.results.leaderboard import write_leaderboard
 
     def not_drawn(fig, path):
@@ -182,8 +184,10 @@ def test_the_curated_records_regenerate_the_committed_leaderboard_byte_for_byte(
         plt.close(fig)
         return path
 
-    for module in (plots, run_plots, numerics_plots):
-        monkeypatch.setattr(module, "save", not_drawn)
+    for info in pkgutil.iter_modules(plots.__path__):
+        module = importlib.import_module(f"{plots.__name__}.{info.name}")
+        if hasattr(module, "save"):
+            monkeypatch.setattr(module, "save", not_drawn)
     write_leaderboard([curated_dir()], tmp_path)
     committed = curated_dir().parent
     store_uri = curated_dir().resolve().as_uri() + "/"

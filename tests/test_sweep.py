@@ -23,9 +23,9 @@ from lra.cli.main import main
 from lra.cli.sweep import _live
 from lra.core.errors import ConfigError, RunSetupError
 from lra.results.store import load_records
+from lra.sweep.board import Board, LineLog, Row, read_progress
 from lra.sweep.grid import build_grid, clear_unstarted, parse_seeds, run_state
 from lra.sweep.local import LaunchOptions, LocalPool, slots_for, try_lock
-from lra.sweep.table import Board, LineLog, Row, read_progress
 from tests.sweep_cli import write_configs
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -117,7 +117,7 @@ def _run_figures(args, device: str, figures: list[str], impls: list[str]) -> int
     from lra.core.environment import environment
     from lra.numerics.figures import run_figure
     from lra.numerics.report import figure_record, figure_table, forward_records, verdict_lines
-    from lra.results.numerics_plots import plot_figure
+    from lra.results.plots.deviation import plot_figure
 
     sizes, env = _figure_sizes(args, device), environment(device)
     for figure in figures:
@@ -140,7 +140,7 @@ def _run_sweep(args, device: str, impls: list[str]) -> int:
     from lra.numerics.forward import ForwardSpec, forward_study
     from lra.numerics.inputs import parse_dtypes, parse_tiles
     from lra.numerics.report import FORWARD_NOTE, format_forward_table, forward_records, status_lines
-    from lra.results.numerics_plots import plot_forward
+    from lra.results.plots.deviation import plot_forward
 
     spec = ForwardSpec(
         backends=impls,
@@ -186,7 +186,7 @@ def cmd_numerics_forward(args) -> int:
 def cmd_numerics_weights(args) -> int:
     from lra.numerics.report import WEIGHTS_NOTE, fmt, weights_tables
     from lra.numerics.weights import weights_study
-    from lra.results.numerics_plots import plot_weights
+    from lra.results.plots.deviation import plot_weights
 
     controls = [] if args.control.strip().lower() == "none" else csv_list(args.control)
     record = weights_study(

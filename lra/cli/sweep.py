@@ -95,8 +95,8 @@ def run_seeds(args: argparse.Namespace) -> int:
 def execute(runs, args: argparse.Namespace, root: Path) -> int:
     """Check the grid against what is on disk, run what is left, show the table; 0 when every run is done."""
     from lra.results.store import results_dir
+    from lra.sweep.board import Board
     from lra.sweep.local import LaunchOptions
-    from lra.sweep.table import Board
 
     if args.per_gpu < 1:
         raise ConfigError(f"--per-gpu must be at least 1, got {args.per_gpu}")
@@ -173,7 +173,7 @@ def _live(board) -> Iterator[Callable[[], None]]:
     once a minute."""
     from rich.live import Live
 
-    from lra.sweep.table import LineLog
+    from lra.sweep.board import LineLog
 
     if quiet():
         yield board.refresh

@@ -2,6 +2,6 @@
 
 `grid` builds and checks the grid and says what each run still needs (nothing, a resume, a start); `local` runs it
 as K subprocesses per visible GPU; `cluster` hands it to SLURM (or submitit's local executor) through submitit;
-`table` shows the live progress read from each run's files. A sweep killed at any point continues with the same
+`board` shows the live progress read from each run's files. A sweep killed at any point continues with the same
 command: finished runs are skipped, unfinished ones resumed.
 """

@@ -31,7 +31,7 @@ from lra.core.records import run_record
 from lra.model import load_init
 from lra.train import distributed as dist
 from lra.train import rundir
-from lra.train.budget import Pacer, TimeBudget
+from lra.train.budget import TimeBudget
 from lra.train.checkpoint import BEST, LAST, load_checkpoint
 from lra.train.config import RunConfig, config_hash
 from lra.train.datahash import check_same_data, data_hashes
@@ -39,7 +39,7 @@ from lra.train.device import resolve_device
 from lra.train.display import Throughput, Window, stats_text, train_progress
 from lra.train.feed import Feed, TrainBatches, place_split
 from lra.train.gate import gate
-from lra.train.settings import TrainSettings
+from lra.train.pace import loop_pace
 from lra.train.trainer import Trainer, build_trainer
 from tasks import build_task
 from tasks.registry import SPLITS, Split, Task
@@ -241,7 +241,7 @@ class _Run:
         t, trainer = self.t, self.trainer
         ckpt_every = t.checkpoint_every or t.eval_every
         window, timer = Window(trainer.device), Throughput(self.state)
-        pace = self._pacer()
+        pace = loop_pace(self.budget, self.splits, self.t)
         if trainer.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(trainer.device)
         with train_progress(disable=not self.main) as progress:
@@ -269,16 +269,6 @@ class _Run:
                 timer.restart()
                 pace.restart()
         return trainer.global_step >= t.steps
-
-    def _pacer(self) -> _Pace:
-        """The budget's bookkeeping for this loop (one that never stops the run when there is no budget)."""
-        batch = self.t.batch_size
-        steps = {f"{s}_steps": math.ceil(len(self.splits[s]) / batch) for s in ("val", "test")}
-        limit = self.t.eval_batches
-        steps["val_steps"] = min(steps["val_steps"], limit) if limit else steps["val_steps"]
-        pacer = None if self.budget is None else Pacer(self.budget, eval_steps=steps["val_steps"],
-                                                       test_steps=steps["test_steps"])  # fmt: skip
-        return _Pace(pacer, self.t)
 
     def _stop_for_time(self) -> None:
         """Close this session and save the full state (again, with the session) before leaving on time."""
@@ -404,46 +394,6 @@ class _Run:
             run_dir=str(self.dir.path),
             env=environment(dev),
         )
-
-
-class _Pace:
-    """The loop's view of its `Pacer`: times windows, evaluations and saves on the budget's clock, and says whether
-    the stretch to the next logging point fits (always, without a budget). Rank 0 decides for every rank."""
-
-    def __init__(self, pacer: Pacer | None, train: TrainSettings) -> None:
-        self.pacer, self.t = pacer, train
-        self.clock = pacer.budget.clock if pacer is not None else time.perf_counter
-        self.mark = self.clock()
-
-    def restart(self) -> None:
-        self.mark = self.clock()
-
-    def window(self, steps: int) -> None:
-        if self.pacer is not None:
-            self.pacer.window(steps, self.clock() - self.mark)
-
-    def timed(self, work: Callable[[], None], what: str) -> None:
-        """Run `work`; tell the pacer how long it took (`what`: its method, evaluation or saved)."""
-        start = self.clock()
-        work()
-        if self.pacer is not None:
-            getattr(self.pacer, what)(self.clock() - start)
-
-    def fits_next(self, step: int, ckpt_every: int) -> bool:
-        """Whether the steps after `step` up to the next logging point (and what comes there) fit the budget."""
-        if self.pacer is None:
-            return True
-        t = self.t
-        nxt = min(_next_multiple(step, every) for every in (t.log_every, t.eval_every, ckpt_every))
-        nxt = min(nxt, t.steps)
-        final = nxt == t.steps
-        fits = self.pacer.fits(nxt - step, evaluates=final or nxt % t.eval_every == 0, final=final)
-        return bool(dist.broadcast_object(fits))
-
-
-def _next_multiple(step: int, every: int) -> int:
-    """The smallest multiple of `every` above `step`."""
-    return (step // every + 1) * every
 
 
 def majority(labels: np.ndarray) -> float:

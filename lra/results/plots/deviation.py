@@ -1,4 +1,4 @@
-"""PNG plots of the numerics study (the `plots` extra: matplotlib), from its result records alone:
+"""Figures of the numerics study (deviation from an fp64 golden), from its result records alone:
 
 - `plot_forward`: a forward sweep's max deviation against length, one panel per dtype (records `numerics_forward`);
 - `plot_figure`: one PNG per figure of Golden et al. (records `numerics_figure`): Fig. 3 (against naive at each
@@ -6,7 +6,7 @@
   triangles mark swapped block dimensions) and the knobs figure (ratio to naive after one precision change);
 - `plot_weights`: max |dW| and mean W1 against step, one line per pair (records `numerics_weights`).
 
-Each returns None (or no paths) without matplotlib.
+Each returns None (or no paths) without matplotlib; `numerics_figures` gives the leaderboard's.
 """
 
 from __future__ import annotations
@@ -16,14 +16,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from lra.results.plotting import pyplot, save, slug
+from lra.results.plots.canvas import by_str_key, colours, grid, newest_by, pyplot, save, slug
+from lra.results.table import Figure
 
 DTYPE_ORDER = ("fp64", "fp32", "fp16", "bf16")
-
-
-def _colors(plt, labels: list[str]) -> dict[str, Any]:
-    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
-    return {lab: cmap(i % cmap.N) for i, lab in enumerate(labels)}
 
 
 def plot_forward(rows: list[dict[str, Any]], path: str | Path) -> Path | None:
@@ -38,7 +34,7 @@ def plot_forward(rows: list[dict[str, Any]], path: str | Path) -> Path | None:
         return r["backend"] if r["tiles"] in ("-", "default") else f"{r['backend']} {r['tiles']}"
 
     labels = sorted({label(r) for r in ok})
-    colors = _colors(plt, labels)
+    colors = colours(plt, labels)
     fig, axes = plt.subplots(1, len(dtypes), figsize=(4.5 * len(dtypes), 4), squeeze=False)
     for ax, d in zip(axes[0], dtypes):
         lines: dict[str, list[tuple[int, float, float]]] = defaultdict(list)
@@ -59,15 +55,13 @@ def _axes(ax, xlabel: str, ylabel: str, title: str, logx: bool = False) -> None:
     if logx:
         ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
+    grid(ax, xlabel, ylabel)
 
 
 def _lines(plt, ax, series: dict[str, list[dict[str, Any]]], key: str, xs: list[Any] | None = None) -> None:
     """One line per implementation: y = point[key]; categorical x when `xs` is given."""
-    colors = _colors(plt, sorted(series))
+    colors = colours(plt, series)
     for label, pts in sorted(series.items()):
         pts = [p for p in pts if p.get(key) and p[key] > 0 and math.isfinite(p[key])]
         if not pts:
@@ -82,7 +76,7 @@ def _lines(plt, ax, series: dict[str, list[dict[str, Any]]], key: str, xs: list[
 
 def _tiles_plot(plt, ax, series: dict[str, list[dict[str, Any]]]) -> None:
     """Max deviation against tile area: squares joined by a line, swapped shapes as triangles (^ Br < Bc)."""
-    colors = _colors(plt, sorted(series))
+    colors = colours(plt, series)
     for label, pts in sorted(series.items()):
         if any("area" not in p for p in pts):  # an untiled baseline: a reference line
             ax.axhline(pts[0]["max"], color=colors[label], ls="--", lw=1, label=label)
@@ -148,12 +142,8 @@ def plot_figure(record: dict[str, Any], plot_dir: str | Path) -> list[Path]:
 
 def figure_plots(records: list[dict[str, Any]], plot_dir: str | Path) -> list[Path]:
     """The plots of the newest `numerics_figure` record per (figure, inputs, device)."""
-    newest: dict[tuple, dict[str, Any]] = {}
-    for r in sorted(records, key=lambda r: (r.get("date", ""), r.get("_file", ""))):
-        if r.get("kind") == "numerics_figure":
-            newest[(r["figure"], r.get("inputs"), r.get("device"))] = r
-    return [p for _, rec in sorted(newest.items(), key=lambda kv: tuple(map(str, kv[0]))) for p in
-            plot_figure(rec, plot_dir)]  # fmt: skip
+    newest = newest_by(records, "numerics_figure", lambda r: (r["figure"], r.get("inputs"), r.get("device")))
+    return [p for _, rec in by_str_key(newest) for p in plot_figure(rec, plot_dir)]
 
 
 def plot_weights(record: dict[str, Any], path: str | Path) -> Path | None:
@@ -173,3 +163,28 @@ def plot_weights(record: dict[str, Any], path: str | Path) -> Path | None:
     fig.suptitle(f"weight deviation: {record['task']} ({record['preset']})")
     fig.tight_layout()
     return save(fig, Path(path))
+
+
+def numerics_figures(records: list[dict[str, Any]], plot_dir: Path) -> list[Figure]:
+    """The leaderboard's numerics figures: one forward-deviation plot per (device, inputs) from each backend's newest
+    study, one weights plot per task, the plots of each numerics figure (Golden et al.'s Figs. 3-6)."""
+    newest = newest_by(records, "numerics_forward", lambda r: (r.get("device"), r["inputs"], r["backend"]))
+    weights = newest_by(records, "numerics_weights", lambda r: r["task"])
+    studies: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for (device, inputs, _), r in newest.items():
+        studies[(device, inputs)] += r["metrics"].get("rows", [])
+    if studies or weights:
+        plot_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for (device, inputs), rows in by_str_key(studies):
+        name = f"numerics-forward-{inputs}-{str(device).replace(' ', '_')}.png"
+        written += [p for p in [plot_forward(rows, plot_dir / name)] if p]
+    for task, rec in sorted(weights.items()):
+        written += [p for p in [plot_weights(rec, plot_dir / f"numerics-weights-{task}.png")] if p]
+    return [Figure(p, _caption(p), "numerics") for p in written + figure_plots(records, plot_dir)]
+
+
+def _caption(path: Path) -> str:
+    kind = path.stem.removeprefix("numerics-").split("-")[0]
+    study = {"weights": "weight deviation over training", "forward": "forward deviation against length"}
+    return f"Numerics: {study.get(kind, 'Golden et al. figure')} ({path.stem.removeprefix('numerics-')})."

@@ -1,11 +1,14 @@
-"""Shared plot helpers: matplotlib on the Agg backend when the `plots` extra is installed, deterministic PNG writes."""
+"""What every figure shares: matplotlib on the Agg backend when the `plots` extra is installed, deterministic PNG
+writes, fixed colours per label, axis labelling, and the newest record per key (a study run twice plots once)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Iterable
 from pathlib import Path
 from typing import Any
 
 from lra.core.atomic import atomic_path
+from lra.results.aggregate import group_by
 
 
 def pyplot():
@@ -40,7 +43,7 @@ def grid(ax, xlabel: str, ylabel: str, legend: bool = False) -> None:
         ax.legend(fontsize=7)
 
 
-def colours(plt, labels) -> dict[Any, Any]:
+def colours(plt, labels: Iterable[Any]) -> dict[Any, Any]:
     """A fixed colour per label (sorted): tab10 for up to ten, tab20 beyond."""
     labels = sorted(labels)
     cmap = plt.cm.tab10 if len(labels) <= 10 else plt.cm.tab20
@@ -50,3 +53,24 @@ def colours(plt, labels) -> dict[Any, Any]:
 def slug(text: Any) -> str:
     """A file-name-safe form of a device or task name."""
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(text))
+
+
+def series(runs: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Runs by (series label, task): the backend, with the store when several stores hold runs."""
+    stores = {r["_store"] for r in runs}
+    label = (lambda r: r["backend"]) if len(stores) == 1 else (lambda r: f"{r['backend']} ({r['_store']})")
+    return group_by(runs, lambda r: (label(r), r.get("task")))
+
+
+def newest_by(records: list[dict[str, Any]], kind: str, key: Callable[[dict[str, Any]], Hashable]) -> dict:
+    """The newest record of `kind` (by date, then file) per `key(record)`, keys in order of their first record."""
+    newest: dict[Hashable, dict[str, Any]] = {}
+    for r in sorted(records, key=lambda r: (r.get("date", ""), r.get("_file", ""))):
+        if r.get("kind") == kind:
+            newest[key(r)] = r
+    return newest
+
+
+def by_str_key(items: dict) -> list[tuple[Any, Any]]:
+    """A dict's items sorted by their tuple key as strings (keys may hold None beside strings)."""
+    return sorted(items.items(), key=lambda kv: tuple(map(str, kv[0])))

@@ -1,4 +1,4 @@
-"""The live table of a sweep: one row per run (state, step, validation accuracy, ETA), read from each run's
+"""The live board of a sweep: one row per run (state, step, validation accuracy, ETA), read from each run's
 `metrics.jsonl` (one line per evaluation: step, val_acc, time = training seconds so far); and the same progress as
 plain lines (`LineLog`) for output that is not a terminal, such as a log file of a sweep started with nohup."""
 
