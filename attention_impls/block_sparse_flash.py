@@ -21,11 +21,12 @@ from typing import Any
 
 import torch
 
+from attention_impls.base import Capabilities
 from attention_impls.flash import FlashAttention
 from attention_impls.kernels import SUPPORTED_HEAD_DIMS, LayoutLists
 from attention_impls.layouts import build_layout, layout_density, layout_token_mask, parse_layout
 from attention_impls.masking import lengths_from_mask, masked_attention, zero_padded_inputs, zero_padded_outputs
-from attention_impls.registry import Capabilities, register_backend
+from attention_impls.registry import register_backend
 from lra.core.environment import triton_interpreting
 from lra.core.numbers import ceil_div
 

@@ -30,7 +30,8 @@ from lra.core.errors import DataCorruptError, DataMissingError
 from lra.core.progress import make_progress
 from tasks import _listops_gen as gen
 from tasks._cache import TaskCache
-from tasks.registry import SPLITS, Split, Task, register_task
+from tasks.base import SPLITS, Split, Task
+from tasks.registry import register_task
 
 TOKEN_STRINGS = gen.TOKEN_STRINGS
 TSV_HEADER = ("Source", "Target")

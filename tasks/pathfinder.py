@@ -39,7 +39,8 @@ from tasks._pathfinder.draw import GENERATOR_VERSION, check_generator, check_set
 from tasks._pathfinder.settings import SPECS
 from tasks._pathfinder.store import GeneratedStore, auto_workers
 from tasks._pathfinder.views import LazyImages, PixelTokens
-from tasks.registry import SPLITS, Split, Task, register_task
+from tasks.base import SPLITS, Split, Task
+from tasks.registry import register_task
 
 VOCAB_SIZE = 257  # 256 grey levels + padding
 

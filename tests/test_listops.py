@@ -20,8 +20,9 @@ import yaml
 from lra.core.errors import DataCorruptError, DataMissingError
 from tasks import _listops_gen as gen
 from tasks import listops
+from tasks.base import INFO_FIELDS, Split
 from tasks.listops import ListOps, read_tsv, write_tsv
-from tasks.registry import INFO_FIELDS, Split, build_task, task_options
+from tasks.registry import build_task, task_options
 
 FIXTURES = Path(__file__).parent / "fixtures" / "listops"
 CONFIG = Path(__file__).parent.parent / "configs" / "listops.yaml"

@@ -23,7 +23,8 @@ from tasks._pathfinder.settings import FOREGROUND, SPECS
 from tasks._pathfinder.stamps import bytescale
 from tasks._pathfinder.store import GeneratedStore
 from tasks._pathfinder.tables import _struct_leaves_image, tables
-from tasks.registry import INFO_FIELDS, task_options
+from tasks.base import INFO_FIELDS
+from tasks.registry import task_options
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT.parent / "shared" / "data" / "pathfinder_reference"

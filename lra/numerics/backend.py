@@ -15,8 +15,9 @@ from typing import Any
 
 import torch
 
+from attention_impls.base import ALL_FLOAT, AttentionBackend, Capabilities
 from attention_impls.masking import lengths_from_mask, zero_padded_outputs
-from attention_impls.registry import ALL_FLOAT, AttentionBackend, Capabilities, register_backend
+from attention_impls.registry import register_backend
 from lra.core.errors import ConfigError
 from lra.numerics.emulation import build_emulation, emulated_attention
 
