@@ -12,8 +12,8 @@ import math
 
 import torch
 
+from attention_impls.base import AttentionBackend
 from attention_impls.masking import masked_softmax_lse, zero_padded_outputs
-from attention_impls.registry import AttentionBackend
 
 
 def real_tokens(key_padding_mask: torch.Tensor | None, batch: int, n: int, padded_n: int, device) -> torch.Tensor:

@@ -10,8 +10,8 @@ as `flash`.
 Where the kernel cannot run (no CUDA and TRITON_INTERPRET unset) or with `fallback: dense_masked`, the same function
 is computed in PyTorch with the layout expanded to an N x N token mask (O(N^2) memory; for CPU runs and tests).
 
-Also registered here: named presets of this backend for the LRA paper's structured-sparse baselines (`bigbird`,
-`longformer`, `sparse_transformer`); each docstring says how its block version differs from the token-level original.
+Subclasses with their own default layout and block are the LRA paper's structured-sparse baselines, one module each:
+`bigbird.py`, `longformer.py`, `sparse_transformer.py`; each says how its block version differs from the original.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ from typing import Any
 
 import torch
 
+from attention_impls.base import Capabilities
 from attention_impls.flash import FlashAttention
 from attention_impls.kernels import SUPPORTED_HEAD_DIMS, LayoutLists
 from attention_impls.layouts import build_layout, layout_density, layout_token_mask, parse_layout
 from attention_impls.masking import lengths_from_mask, masked_attention, zero_padded_inputs, zero_padded_outputs
-from attention_impls.registry import Capabilities, register_backend
+from attention_impls.registry import register_backend
 from lra.core.environment import triton_interpreting
 from lra.core.numbers import ceil_div
 
@@ -147,50 +148,3 @@ class BlockSparseFlash(FlashAttention):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, layout={self.layout_spec.describe()}, block={self.block}"
-
-
-@register_backend("bigbird")
-class BigBirdBlocks(BlockSparseFlash):
-    """BigBird (Zaheer et al. 2020) as blocks: a 3-block window, 2 global blocks and 3 random blocks per row,
-    block 64 (BigBird's own block size), on the block-sparse kernel.
-
-    Differs from the token-level original: global attention is whole leading blocks (the original's ITC globals are
-    also blocks of 64, so this matches it), random blocks are drawn once per layout (seeded) rather than per layer, and
-    the window is block-quantised (a query attends its whole neighbouring blocks, not a token-centred window).
-    Source: the LRA repo's lra_benchmarks/models/bigbird/bigbird_attention.py, block_size=64, num_rand_blocks=3
-    (bigbird.py never overrides them), attention dropout applied (as here).
-    """
-
-    default_layout = [{"local": {"width": 3}}, {"global": {"blocks": 2}}, {"random": {"blocks": 3}}]
-    default_block = 64
-
-
-@register_backend("longformer")
-class LongformerBlocks(BlockSparseFlash):
-    """Longformer (Beltagy et al. 2020) as blocks: a sliding window of 5 blocks (about +-256 tokens at block 128)
-    plus 1 global block, on the block-sparse kernel.
-
-    Differs from the token-level original: the window is block-quantised (each query sees its block and two blocks
-    either side, so between 256 and 384 tokens to each side instead of exactly w/2), and global attention covers the
-    whole first block (128 tokens, CLS included) instead of chosen single tokens. Source: the LRA repo's
-    lra_benchmarks/models/longformer/longformer.py, sliding_window_size=512 (so +-256) and global_mask=None (no
-    global tokens there: `layout: [{local: {width: 5}}]` drops the global block), attention dropout applied (as here).
-    """
-
-    default_layout = [{"local": {"width": 5}}, {"global": {"blocks": 1}}]
-
-
-@register_backend("sparse_transformer")
-class SparseTransformerBlocks(BlockSparseFlash):
-    """Sparse Transformer (Child et al. 2019, fixed pattern, bidirectional) as blocks: a 3-block local band plus every
-    4th key block column (the summary columns), on the block-sparse kernel.
-
-    Differs from the token-level original: the fixed pattern's "same chunk" attention becomes a sliding band of blocks,
-    and its last-c-positions summary cells become whole summary blocks; no causal masking. Source: the LRA repo's
-    lra_benchmarks/models/sparse_transformer/sparse_attention.py, Fixed1Pattern(block_size=128) (same block) and
-    Fixed2Pattern(block_size=128, c=32) (the last 32 columns of every 128), attention dropout applied (as here); its
-    _build_mask ANDs every fixed pattern with the lower triangle, so LRA's Sparse Transformer row is causal even on
-    its bidirectional tasks.
-    """
-
-    default_layout = [{"local": {"width": 3}}, {"strided": {"stride": 4}}]

@@ -22,9 +22,10 @@ import weakref
 
 import torch
 
+from attention_impls.base import AttentionBackend, Capabilities
 from attention_impls.kernels import SUPPORTED_HEAD_DIMS, Tiles, default_tiles, draw_rng_state, effective_dropout
 from attention_impls.masking import lengths_from_mask
-from attention_impls.registry import AttentionBackend, Capabilities, register_backend
+from attention_impls.registry import register_backend
 
 _last_checked: tuple[weakref.ref, int, torch.Tensor] | None = None
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from attention_impls.base import AttentionBackend, Capabilities
 from attention_impls.masking import lengths_from_mask, zero_padded_outputs
-from attention_impls.registry import AttentionBackend, Capabilities, register_backend
+from attention_impls.registry import register_backend
 
 try:  # optional peer: absent on most machines
     import flash_attn  # noqa: F401

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import torch
 
+from attention_impls.base import AttentionBackend, Capabilities
 from attention_impls.masking import lengths_from_mask, zero_padded_inputs, zero_padded_outputs
-from attention_impls.registry import AttentionBackend, Capabilities, register_backend
+from attention_impls.registry import register_backend
 from lra.core.numbers import ceil_div
 
 _COMPILED = None

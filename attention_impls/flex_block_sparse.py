@@ -12,9 +12,10 @@ from typing import Any
 
 import torch
 
+from attention_impls.base import Capabilities
 from attention_impls.flex import FlexAttention
 from attention_impls.layouts import build_layout, layout_density, layout_token_mask, parse_layout
-from attention_impls.registry import Capabilities, register_backend
+from attention_impls.registry import register_backend
 from lra.core.numbers import ceil_div
 
 

@@ -28,8 +28,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from attention_impls.base import AttentionBackend, Capabilities
 from attention_impls.masking import safe_key_mask, score_dtype, zero_padded_inputs, zero_padded_outputs
-from attention_impls.registry import AttentionBackend, Capabilities, register_backend
+from attention_impls.registry import register_backend
 
 
 @register_backend("linear")

@@ -36,8 +36,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from attention_impls.base import AttentionBackend, Capabilities
 from attention_impls.masking import score_dtype, zero_padded_inputs
-from attention_impls.registry import AttentionBackend, Capabilities, register_backend
+from attention_impls.registry import register_backend
 
 
 @register_backend("linformer")

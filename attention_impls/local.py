@@ -29,8 +29,9 @@ import torch
 import torch.nn.functional as F
 
 from attention_impls._bucketed import check_positive_int, pad_seq, real_tokens
+from attention_impls.base import AttentionBackend, Capabilities
 from attention_impls.masking import masked_softmax_lse, score_dtype, zero_padded_inputs, zero_padded_outputs
-from attention_impls.registry import AttentionBackend, Capabilities, register_backend
+from attention_impls.registry import register_backend
 from lra.core.numbers import ceil_div
 
 MODES = ("blocked", "sliding")

@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attention_impls.base import AttentionBackend, Capabilities
 from attention_impls.masking import (
     masked_softmax,
     safe_key_mask,
@@ -45,7 +46,7 @@ from attention_impls.masking import (
     zero_padded_inputs,
     zero_padded_outputs,
 )
-from attention_impls.registry import AttentionBackend, Capabilities, register_backend
+from attention_impls.registry import register_backend
 
 
 def iterative_pinv(mat: torch.Tensor, iterations: int = 6) -> torch.Tensor:

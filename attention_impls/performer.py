@@ -52,8 +52,9 @@ from typing import Any
 
 import torch
 
+from attention_impls.base import AttentionBackend, Capabilities
 from attention_impls.masking import safe_key_mask, score_dtype, zero_padded_inputs, zero_padded_outputs
-from attention_impls.registry import AttentionBackend, Capabilities, register_backend
+from attention_impls.registry import register_backend
 
 _KERNELS = ("softmax", "relu")
 

@@ -17,8 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from attention_impls.base import AttentionBackend, Capabilities
 from attention_impls.masking import safe_key_mask, zero_padded_inputs, zero_padded_outputs
-from attention_impls.registry import AttentionBackend, Capabilities, register_backend
+from attention_impls.registry import register_backend
 
 _MASK_BIAS = -30000.0  # representable in fp16/bf16; exp(-30000) is 0 in every float format
 

@@ -36,8 +36,9 @@ import torch
 from torch import nn
 
 from attention_impls._bucketed import check_positive_int, fp32_region, pad_seq, real_tokens
+from attention_impls.base import AttentionBackend, Capabilities
 from attention_impls.masking import masked_softmax_lse, score_dtype, zero_padded_inputs, zero_padded_outputs
-from attention_impls.registry import AttentionBackend, Capabilities, register_backend
+from attention_impls.registry import register_backend
 from lra.core.numbers import ceil_div
 
 MASS_EPS = 1e-6  # a sorted slot with less real mass than this counts as padding

@@ -35,8 +35,9 @@ from __future__ import annotations
 import torch
 
 from attention_impls._bucketed import HashRounds, check_positive_int, fp32_region, gather_sorted, pad_seq, real_tokens
+from attention_impls.base import Capabilities
 from attention_impls.masking import score_dtype, zero_padded_inputs
-from attention_impls.registry import Capabilities, register_backend
+from attention_impls.registry import register_backend
 from lra.core.numbers import ceil_div
 
 

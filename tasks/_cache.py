@@ -25,7 +25,7 @@ import numpy as np
 
 from lra.core.errors import DataMissingError, RunSetupError
 from lra.core.hashing import stable_hash
-from tasks.registry import SPLITS, Split
+from tasks.base import SPLITS, Split
 
 META = "meta.json"
 CACHE_FORMAT = 2  # part of every cache key: bump when the layout changes, so old folders are never misread

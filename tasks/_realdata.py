@@ -24,7 +24,7 @@ import numpy as np
 from lra.core.errors import DataCorruptError, DataMissingError
 from lra.core.progress import console, make_progress
 from tasks._cache import CacheWriter, TaskCache, describe_source, source_fingerprint
-from tasks.registry import SPLITS, Split, Task
+from tasks.base import SPLITS, Split, Task
 
 # Errors a damaged or truncated archive raises while it is read (gzip/bz2/xz streams, tar headers).
 ARCHIVE_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError, ValueError)

@@ -42,7 +42,8 @@ from lra.core.progress import make_progress
 from tasks._cache import CacheWriter
 from tasks._imagefile import decode_image
 from tasks._realdata import CachedTask, carve_validation, check_count, corrupt, read_tar, shuffled
-from tasks.registry import Split, register_task
+from tasks.base import Split
+from tasks.registry import register_task
 
 CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar.html (cifar-10-python.tar.gz)"
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")

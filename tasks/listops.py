@@ -32,7 +32,8 @@ from lra.core.progress import make_progress
 from tasks import _listops_gen as gen
 from tasks._cache import TaskCache
 from tasks._listops_tokens import TOKEN_STRINGS, VOCAB_SIZE, lra_bytes, parse_sources
-from tasks.registry import SPLITS, Split, Task, register_task
+from tasks.base import SPLITS, Split, Task
+from tasks.registry import register_task
 
 TSV_HEADER = ("Source", "Target")
 READ_BLOCK = 4096  # TSV rows tokenised per numpy pass

@@ -39,13 +39,14 @@ from tasks._pathfinder.draw import GENERATOR_VERSION, check_generator, check_set
 from tasks._pathfinder.settings import SPECS
 from tasks._pathfinder.store import GeneratedStore, auto_workers
 from tasks._pathfinder.views import LazyImages, PixelTokens
-from tasks.registry import SPLITS, Split, Task, register_task
+from tasks.base import SPLITS, Split, Task
+from tasks.registry import register_task
 
 VOCAB_SIZE = 257  # 256 grey levels + padding
 
 
 class PathfinderTask(Task):
-    """Shared implementation; subclasses fix the resolution."""
+    """Shared implementation; each registered subclass below fixes the resolution."""
 
     resolution: ClassVar[int] = 32
     num_classes = 2
@@ -273,16 +274,33 @@ class PathfinderTask(Task):
         )
 
 
-def _resolution_task(name: str, class_name: str, resolution: int, description: str) -> type[PathfinderTask]:
-    """Register the Pathfinder task `name` at one resolution."""
-    cls = type(class_name, (PathfinderTask,), {"resolution": resolution, "description": description})
-    cls.__module__, cls.__qualname__, cls.__doc__ = __name__, class_name, description
-    return register_task(name)(cls)
+@register_task("pathfinder")
+class Pathfinder(PathfinderTask):
+    """LRA Pathfinder: 32x32 images (1,024 pixel tokens)."""
+
+    resolution = 32
+    description = "LRA Pathfinder: 32x32 images (1,024 pixel tokens)"
 
 
-Pathfinder = _resolution_task("pathfinder", "Pathfinder", 32, "LRA Pathfinder: 32x32 images (1,024 pixel tokens)")
-Path64 = _resolution_task(
-    "path-64", "Path64", 64, "64x64 Pathfinder images (4,096 pixel tokens): pre-training for the Path-X recipe"
-)
-PathX = _resolution_task("path-x", "PathX", 128, "LRA Path-X: 128x128 Pathfinder images (16,384 pixel tokens)")
-Path256 = _resolution_task("path-256", "Path256", 256, "Path-256: 256x256 Pathfinder images (65,536 pixel tokens)")
+@register_task("path-64")
+class Path64(PathfinderTask):
+    """64x64 Pathfinder images (4,096 pixel tokens): pre-training for the Path-X recipe."""
+
+    resolution = 64
+    description = "64x64 Pathfinder images (4,096 pixel tokens): pre-training for the Path-X recipe"
+
+
+@register_task("path-x")
+class PathX(PathfinderTask):
+    """LRA Path-X: 128x128 Pathfinder images (16,384 pixel tokens)."""
+
+    resolution = 128
+    description = "LRA Path-X: 128x128 Pathfinder images (16,384 pixel tokens)"
+
+
+@register_task("path-256")
+class Path256(PathfinderTask):
+    """Path-256: 256x256 Pathfinder images (65,536 pixel tokens)."""
+
+    resolution = 256
+    description = "Path-256: 256x256 Pathfinder images (65,536 pixel tokens)"

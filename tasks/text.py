@@ -31,7 +31,8 @@ from lra.core.errors import DataMissingError
 from lra.core.progress import make_progress
 from tasks._cache import CacheWriter
 from tasks._realdata import CachedTask, bytes_to_tokens, carve_validation, check_count, corrupt, read_tar, shuffled
-from tasks.registry import Split, register_task
+from tasks.base import Split
+from tasks.registry import register_task
 
 IMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
 STORE_LENGTH = 4096

@@ -11,7 +11,8 @@ import sys
 
 import numpy as np
 
-from tasks.registry import TASKS, Split, register_task
+from tasks.base import Split
+from tasks.registry import TASKS, register_task
 from tests.toy_task import ToyTask
 
 TOY_YAML = """

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lra.bench import tiles as tiles_mod
+from lra.bench import tile_tuner
 from lra.bench.attention import bench_attention, time_ms
 from lra.cli.main import main
 from lra.core.errors import RunSetupError
@@ -34,7 +34,7 @@ def test_cuda_benchmark_without_cuda_is_refused_before_anything_runs(monkeypatch
     with pytest.raises(RunSetupError, match="CUDA is not available on this machine; run with --device cpu"):
         bench_attention(["naive"], [64], [16], device="cuda")
     with pytest.raises(RunSetupError, match="CUDA is not available"):
-        tiles_mod.tune_tiles([16], device="cuda")
+        tile_tuner.tune_tiles([16], device="cuda")
     assert calls == []
 
 
@@ -51,7 +51,7 @@ def test_cpu_timing_reports_progress_with_an_estimate():
 
 
 def test_tile_tuner_picks_the_fastest_candidate():
-    record = tiles_mod.tune_tiles([16], shape=(1, 1, 32), device="cpu", options=(FWD, BWD), rep_ms=1, warmup_ms=0)
+    record = tile_tuner.tune_tiles([16], shape=(1, 1, 32), device="cpu", options=(FWD, BWD), rep_ms=1, warmup_ms=0)
     assert record["kind"] == "bench_tiles" and record["dropout"] == 0.0
     (res,) = record["results"]
     fwd = [r for r in res["rows"] if r["kind"] == "fwd"]
@@ -59,11 +59,11 @@ def test_tile_tuner_picks_the_fastest_candidate():
     assert len(fwd) == 2 and len(bwd) == 2 and all("ms" in r for r in res["rows"])
     best_fwd, best_bwd = min(fwd, key=lambda r: r["ms"]), min(bwd, key=lambda r: r["ms"])
     assert res["best"]["block_m"] == best_fwd["block_m"] and res["best"]["bwd_block_n"] == best_bwd["bwd_block_n"]
-    assert set(res["best"]) == set(tiles_mod.TILE_OPTIONS)
+    assert set(res["best"]) == set(tile_tuner.TILE_OPTIONS)
 
 
 def test_bench_tiles_command_prints_and_stores_one_record(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(tiles_mod, "candidates", lambda head_dim, dtype: (FWD[:1], BWD[:1]))
+    monkeypatch.setattr(tile_tuner, "candidates", lambda head_dim, dtype: (FWD[:1], BWD[:1]))
     store = tmp_path / "results"
     args = ["bench", "tiles", "--device", "cpu", "--head-dim", "16", "--shape", "1,1,32", "--dtype", "fp32"]
     assert main([*args, "--results", str(store)]) == 0

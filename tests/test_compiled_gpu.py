@@ -16,7 +16,7 @@ from lra.train.feed import DeviceSplit, HostSplit, TrainBatches, place_split
 from lra.train.trainer import build_trainer
 from tasks import build_task
 from tasks._pathfinder.views import LazyImages, PixelTokens
-from tasks.registry import Split
+from tasks.base import Split
 from tests.reference import TEST_SEED
 
 pytestmark = pytest.mark.gpu

@@ -12,7 +12,7 @@ import numpy as np
 from lra.cli.main import main
 from lra.train.datahash import SAMPLE_ROWS, sample_rows, split_digest
 from tasks import build_task
-from tasks.registry import Split
+from tasks.base import Split
 
 TINY = ["--preset", "tiny", "--device", "cpu", "--no-record", "--attn", "naive"]
 SETS = ["data.num_train=48", "data.num_val=16", "data.num_test=16", "train.batch_size=8", "train.steps=8",

@@ -15,7 +15,7 @@ from lra.train import feed as feed_module
 from lra.train.batches import batch_indices
 from lra.train.feed import DeviceSplit, HostSplit, TrainBatches, compact_dtype, place_split, split_bytes
 from tasks._pathfinder.views import PixelTokens
-from tasks.registry import Split
+from tasks.base import Split
 from tests.reference import TEST_SEED
 
 CPU = torch.device("cpu")

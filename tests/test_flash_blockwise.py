@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attention_impls import build_attention
-from attention_impls.blockwise import blockwise_attention, hash_uniform
+from attention_impls.flash_blockwise import blockwise_attention, hash_uniform
 from lra.bench.attention import attention_flops, bench_attention, format_attention_table, peer_ratios
 from lra.core.errors import ConfigError
 from tests.reference import TEST_SEED, generator, reference_attention, rel_err, right_padded_mask

@@ -18,8 +18,9 @@ from lra.core.errors import DataCorruptError, DataMissingError
 from tasks import _listops_gen as gen
 from tasks import listops
 from tasks._listops_tokens import evaluate
+from tasks.base import INFO_FIELDS, Split
 from tasks.listops import ListOps, read_tsv, write_tsv
-from tasks.registry import INFO_FIELDS, Split, build_task, task_options
+from tasks.registry import build_task, task_options
 from tests.listops_reference import (
     SMALL,
     TOKEN_ID,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attention_impls import BACKENDS, build_attention, why_cannot_run
-from attention_impls.blockwise import blockwise_attention
+from attention_impls.flash_blockwise import blockwise_attention
 from lra.core.errors import ConfigError
 from lra.numerics.backend import EMULATED, implementation
 from lra.numerics.emulation import (

@@ -18,7 +18,7 @@ from lra.core import locks
 from lra.core.errors import RunSetupError
 from lra.results.store import load_records
 from lra.sweep.grid import build_grid
-from lra.sweep.local import LaunchOptions, LocalPool
+from lra.sweep.local_pool import LaunchOptions, LocalPool
 from lra.train.config import load_config
 from lra.train.run import train
 from lra.train.rundir import LOCK, SUMMARY
@@ -119,19 +119,19 @@ def test_a_sweep_reads_the_store_under_the_lock_so_a_finished_run_is_recorded_on
     """Two sweeps of one grid: the other one recorded the run after this one started; storing it again would make
     one seed two records (issue 38's n=3 for a 2-seed grid)."""
     from lra.results.store import save_record
-    from lra.sweep import local
+    from lra.sweep import local_pool
 
     run, store = _one_run(tmp_path), tmp_path / "results"
     run.run_dir.mkdir(parents=True)
     summary = {"kind": "run", "run_dir": str(run.run_dir), "config_hash": run.config_hash, "date": "2026-12-03"}
     (run.run_dir / SUMMARY).write_text(json.dumps(summary))
-    real = local.try_lock
+    real = local_pool.try_lock
 
     def late(path):  # the other sweep stores the record just before this one takes the lock
         save_record(summary, store)
         return real(path)
 
-    monkeypatch.setattr(local, "try_lock", late)
+    monkeypatch.setattr(local_pool, "try_lock", late)
     pool = LocalPool([run], slots=[None], options=LaunchOptions(results=store))
     assert pool.run() == {run.name: ("done", "")}
     assert len(load_records(store)) == 1

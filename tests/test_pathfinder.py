@@ -19,7 +19,8 @@ from tasks import build_task
 from tasks._pathfinder import draw as D
 from tasks._pathfinder.release import read_grey
 from tasks._pathfinder.settings import SPECS
-from tasks.registry import INFO_FIELDS, task_options
+from tasks.base import INFO_FIELDS
+from tasks.registry import task_options
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT.parent / "shared" / "data" / "pathfinder_reference"

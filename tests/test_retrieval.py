@@ -11,7 +11,8 @@ import pytest
 
 from lra.core.errors import DataCorruptError, DataMissingError, RunSetupError
 from tasks import retrieval as R
-from tasks.registry import INFO_FIELDS, TASKS, build_task
+from tasks.base import INFO_FIELDS
+from tasks.registry import TASKS, build_task
 
 FIXTURE = Path(__file__).parent / "fixtures" / "retrieval"
 NAMES = {"train": "new_aan_pairs.train.tsv", "val": "new_aan_pairs.eval.tsv", "test": "new_aan_pairs.test.tsv"}

@@ -134,7 +134,8 @@ def test_triton_interpret_is_read_in_one_place():
 
 
 THROWAWAY_BACKEND = '''
-from attention_impls.registry import AttentionBackend, Capabilities, register_backend
+from attention_impls.base import AttentionBackend, Capabilities
+from attention_impls.registry import register_backend
 
 CALLS = []
 

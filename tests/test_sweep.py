@@ -25,7 +25,7 @@ from lra.core.errors import ConfigError, RunSetupError
 from lra.results.store import load_records
 from lra.sweep.board import Board, LineLog, Row, read_progress
 from lra.sweep.grid import build_grid, clear_unstarted, parse_seeds, run_state
-from lra.sweep.local import LaunchOptions, LocalPool, slots_for, try_lock
+from lra.sweep.local_pool import LaunchOptions, LocalPool, slots_for, try_lock
 from tests.sweep_cli import write_configs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -340,7 +340,7 @@ def test_a_sweep_with_a_time_limit_stops_its_runs_and_the_same_command_continues
     """One run (toy, naive, seed 0): with a time limit too short to start anything it starts nothing; with the
     start threshold lowered it gets `--time-limit 1`, stops after its first window with its state saved (exit 0,
     state `stopped`), and the same sweep without a limit resumes it to the end."""
-    import lra.sweep.local as local
+    from lra.sweep import local_pool
 
     configs, root, results = write_configs(tmp_path), tmp_path / "sweep", tmp_path / "results"
     argv = ["sweep", "--tasks", configs[0], "--attn", "naive", "--seeds", "0", "--root", str(root), "--results",
@@ -348,7 +348,7 @@ def test_a_sweep_with_a_time_limit_stops_its_runs_and_the_same_command_continues
     assert main([*argv, "--time-limit", "5s"]) == 0
     assert "1 stopped with their state saved" in " ".join(capsys.readouterr()).replace("\n", " ")
     assert not list(root.glob("*/*/*/s0/config.json"))  # not started: 5 s is under a run's start threshold
-    monkeypatch.setattr(local, "START_S", 0.0)
+    monkeypatch.setattr(local_pool, "START_S", 0.0)
     assert main([*argv, "--time-limit", "3s"]) == 0
     run_dir = next(root.glob("*/*/*/s0"))
     assert (run_dir / "last.pt").is_file() and not (run_dir / "summary.json").exists()

@@ -13,7 +13,8 @@ import pytest
 
 from lra.core.errors import DataCorruptError, DataMissingError
 from tasks import text as T
-from tasks.registry import INFO_FIELDS, TASKS, build_task
+from tasks.base import INFO_FIELDS
+from tasks.registry import TASKS, build_task
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "aclImdb_v1.tar.gz"
 

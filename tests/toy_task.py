@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tasks.registry import TASKS, Split, Task, register_task
+from tasks.base import Split, Task
+from tasks.registry import TASKS, register_task
 
 TOY_YAML = """
 task: toy

@@ -70,7 +70,7 @@ class Tiles:
 
 
 # Defaults for 16-bit inputs on the H200, by head dim: the fastest of the sweep in docs/flash_kernel.md (device call 1;
-# forward and backward tuned separately at the shapes of DESIGN.md section 8 or a shorter proxy). Head dims 8 and 16
+# forward and backward tuned separately at the shapes of lra/bench/tile_tuner.py's SHAPES). Head dims 8 and 16
 # were tuned again with attention dropout 0.1, as every LRA config trains (docs/flash_kernel.md, v5).
 # fmt: off
 _H200_16BIT: dict[int, Tiles] = {

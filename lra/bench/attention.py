@@ -5,8 +5,9 @@ CUDA-event timings after warm-up, fresh random non-zero inputs), TFLOP/s (forwar
 forward, both times the layout density for block-sparse backends), peak memory, the attention dropout asked for and
 the one the backend applies (flash quantises p to 1/256), and a status: "ok", "oom" (recorded, not raised) or
 "unsupported: why". A CUDA run on a machine without CUDA is refused before anything runs. `format_attention_table`
-renders the rows with each backend's speed-up over every peer at the same shape. Shapes follow DESIGN.md section 8:
-batch = batch_tokens // seq, heads = 512 // head_dim (8 at head dim 64) unless given.
+renders the rows with each backend's speed-up over every peer at the same shape. Shapes, unless given: a fixed number
+of tokens per batch (batch = batch_tokens // seq, 131,072 tokens by default) at a model width of 512 (heads =
+512 // head_dim: 8 at head dim 64), so every length does the same work per token.
 """
 
 from __future__ import annotations

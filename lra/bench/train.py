@@ -35,7 +35,7 @@ from lra.train.feed import Feed, TrainBatches, place_split
 from lra.train.gate import gate
 from lra.train.trainer import Trainer, build_trainer
 from tasks import build_task
-from tasks.registry import Split, Task
+from tasks.base import Split, Task
 
 
 def _timed_step(trainer: Trainer, batches: TrainBatches) -> float:

@@ -113,7 +113,7 @@ def cmd_bench_attention(args) -> int:
 
 
 def cmd_bench_tiles(args) -> int:
-    from lra.bench.tiles import format_tiles_table, tune_tiles
+    from lra.bench.tile_tuner import format_tiles_table, tune_tiles
     from lra.core.errors import ConfigError
 
     shape = tuple(int_list(args.shape)) if args.shape else None

@@ -96,7 +96,7 @@ def execute(runs, args: argparse.Namespace, root: Path) -> int:
     """Check the grid against what is on disk, run what is left, show the table; 0 when every run is done."""
     from lra.results.store import results_dir
     from lra.sweep.board import Board
-    from lra.sweep.local import LaunchOptions
+    from lra.sweep.local_pool import LaunchOptions
 
     if args.per_gpu < 1:
         raise ConfigError(f"--per-gpu must be at least 1, got {args.per_gpu}")
@@ -147,7 +147,7 @@ def _check(runs, board, results: Path, *, local: bool, device: str | None) -> No
 
 def _device_problems(runs, device: str | None) -> list[str]:
     from lra.sweep.grid import DEFAULT
-    from lra.sweep.local import visible_gpus
+    from lra.sweep.local_pool import visible_gpus
     from lra.train.config import load_config
     from lra.train.gate import gate
 
@@ -198,7 +198,7 @@ def _live(board) -> Iterator[Callable[[], None]]:
 
 
 def _run_local(runs, args, options, board) -> None:
-    from lra.sweep.local import run_local
+    from lra.sweep.local_pool import run_local
 
     todo = [run for run in runs if board.rows[run.name].state != "done"]
     with _live(board) as tick:

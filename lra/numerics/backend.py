@@ -15,16 +15,16 @@ from typing import Any
 
 import torch
 
+from attention_impls.base import ALL_FLOAT, AttentionBackend, Capabilities
 from attention_impls.masking import lengths_from_mask, zero_padded_outputs
-from attention_impls.registry import ALL_FLOAT, AttentionBackend, Capabilities, register_backend
+from attention_impls.registry import register_backend
 from lra.core.errors import ConfigError
 from lra.numerics.emulation import build_emulation, emulated_attention
 
-EMULATED = "flash_emulated"
 PREFIX = "emu:"  # `emu:PRESET` names an emulation in the numerics study
 
 
-@register_backend(EMULATED)
+@register_backend("flash_emulated")
 class EmulatedFlash(AttentionBackend):
     """FlashAttention-1/-2 (or baseline attention) with the precision of each intermediate chosen (numerics study)."""
 
@@ -75,6 +75,9 @@ class EmulatedFlash(AttentionBackend):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, preset={self.preset}, {self.emulation.describe()}"
+
+
+EMULATED = EmulatedFlash.name  # "flash_emulated", the name the numerics study builds it by
 
 
 def implementation(label: str) -> tuple[str, dict[str, Any]]:

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from attention_impls.registry import BACKENDS, AttentionBackend, backend_options, build_attention, why_cannot_run
+from attention_impls.base import AttentionBackend
+from attention_impls.registry import BACKENDS, backend_options, build_attention, why_cannot_run
 from lra.core.dtypes import DTYPES, LOW_PRECISION, dtype_name
 from lra.core.errors import ConfigError, is_oom
 from lra.numerics.backend import implementation

@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.table import Table
 
 from lra.sweep.grid import Run
-from lra.sweep.local import FINAL
+from lra.sweep.local_pool import FINAL
 from lra.train.rundir import METRICS
 
 

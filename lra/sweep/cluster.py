@@ -17,7 +17,7 @@ import submitit
 
 from lra.core.errors import ConfigError
 from lra.sweep.grid import Run
-from lra.sweep.local import POLL_S, LaunchOptions, OnStatus, Outcome, run_local
+from lra.sweep.local_pool import POLL_S, LaunchOptions, OnStatus, Outcome, run_local
 from lra.train.rundir import RunDir
 
 CLUSTERS = {"slurm": "slurm", "submitit-local": "local"}  # --executor -> submitit's cluster name

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention_impls.registry import AttentionBackend
+from attention_impls.base import AttentionBackend
 from lra.core.errors import RunSetupError
 from lra.train import distributed as dist
 

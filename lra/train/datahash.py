@@ -18,7 +18,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from lra.core.errors import RunSetupError
-from tasks.registry import Split
+from tasks.base import Split
 
 SAMPLE_ROWS = 1024
 ON_DEMAND_ROWS = 64

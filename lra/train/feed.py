@@ -23,7 +23,7 @@ import torch
 from lra.core.errors import DataCorruptError, RunSetupError
 from lra.model import padding_flags
 from lra.train.batches import epoch_batches, steps_per_epoch
-from tasks.registry import Split
+from tasks.base import Split
 
 DEVICE_SHARE = 0.5  # `auto`: a split goes to the GPU when it takes at most this share of the free memory
 CHUNK_ELEMENTS = 1 << 24  # tokens converted per chunk on the way to the device (bounds the host memory used)

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from attention_impls.registry import BACKENDS, Capabilities, mask_refusal, scores_too_big, why_cannot_run
+from attention_impls.base import Capabilities
+from attention_impls.registry import BACKENDS, mask_refusal, scores_too_big, why_cannot_run
 from lra.core.errors import RunSetupError
 from lra.train.batches import rank_batch
 from lra.train.config import RunConfig

@@ -42,7 +42,7 @@ from lra.train.gate import gate
 from lra.train.pace import loop_pace
 from lra.train.trainer import Trainer, build_trainer
 from tasks import build_task
-from tasks.registry import SPLITS, Split, Task
+from tasks.base import SPLITS, Split, Task
 
 PathLike = str | os.PathLike[str]
 OnEval = Callable[[int, torch.nn.Module], None]

@@ -26,7 +26,7 @@ from lra.train.device import autocast_dtype, wants_loss_scaling
 from lra.train.feed import Feed, HostSplit
 from lra.train.schedules import beta1_at, lr_factor
 from lra.train.settings import TrainSettings
-from tasks.registry import Split, Task
+from tasks.base import Split, Task
 
 EVAL_BATCH_FACTOR = 4  # train.eval_batch_size null: this many training batches per evaluation batch
 

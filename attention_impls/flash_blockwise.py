@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import torch
 
+from attention_impls.base import ALL_FLOAT, AttentionBackend, Capabilities
 from attention_impls.flash import draw_seed
 from attention_impls.masking import lengths_from_mask, zero_padded_inputs
-from attention_impls.registry import ALL_FLOAT, AttentionBackend, Capabilities, register_backend
+from attention_impls.registry import register_backend
 
 _M32 = 0xFFFFFFFF
 

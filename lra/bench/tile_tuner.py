@@ -25,7 +25,9 @@ from lra.core.pools import run_jobs
 from lra.core.progress import make_progress
 from lra.core.records import bench_tiles_record
 
-# Head dim -> (batch, heads, seq): the shapes the defaults were tuned at (DESIGN.md section 8 or a shorter proxy).
+# Head dim -> (batch, heads, seq): the shapes the defaults were tuned at. Head dims 32-128: `lra bench attention`'s
+# default shapes (131,072 tokens a batch, heads = 512 // head_dim) at 4K or 8K tokens; 8: Pathfinder (N=1K, H=4,
+# B=512); 16: Path-X's heads and batch (H=2, B=64) at 4K tokens, a shorter proxy (docs/flash_kernel.md, final tables).
 SHAPES: dict[int, tuple[int, int, int]] = {
     8: (512, 4, 1024),
     16: (64, 2, 4096),
