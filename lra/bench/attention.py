@@ -3,7 +3,8 @@
 `bench_attention(...)` returns one row per (backend, head dim, sequence length, mode): milliseconds (median of
 CUDA-event timings after warm-up, fresh random non-zero inputs), TFLOP/s (forward 4*B*H*N^2*D, backward 2.5x the
 forward, both times the layout density for block-sparse backends), peak memory, the attention dropout asked for and
-the one the backend applies (flash quantises p to 1/256), and a status: "ok", "oom" (recorded, not raised) or
+the one the backend applies (flash quantises p to 1/256), the backend's options (a `Variant`: `flash[block_m=64]`
+beside `flash`), and a status: "ok", "oom" (recorded, not raised) or
 "unsupported: why". A CUDA run on a machine without CUDA is refused before anything runs. `format_attention_table`
 renders the rows with each backend's speed-up over every peer at the same shape. Shapes, unless given: a fixed number
 of tokens per batch (batch = batch_tokens // seq, 131,072 tokens by default) at a model width of 512 (heads =
@@ -22,9 +23,11 @@ import torch
 from rich.markup import escape
 
 from attention_impls.registry import BACKENDS, backend_options, build_attention, scores_too_big, why_cannot_run
+from lra.bench.variants import Variant, check_unique
 from lra.core.dtypes import dtype_name, parse_dtype
 from lra.core.errors import ConfigError, RunSetupError, is_oom
 from lra.core.progress import make_progress, progress_line
+from lra.core.records import backend_label
 from lra.core.tables import Column, fitted_table
 from lra.train.settings import FRACTION
 
@@ -73,7 +76,7 @@ def time_ms(fn: Callable[[], Any], device: str, warmup_ms: float, rep_ms: float,
 
 
 def bench_attention(
-    backends: Sequence[str],
+    backends: Sequence[str | Variant],
     seqs: Iterable[int],
     head_dims: Iterable[int],
     dtype: str | torch.dtype = "bf16",
@@ -90,9 +93,10 @@ def bench_attention(
 ) -> list[dict[str, Any]]:
     """Time each backend at each (head dim, seq, mode) in this process; one row per measurement (see module doc).
 
-    `layout` goes to every backend that takes a `layout` option (block-sparse ones); `options` maps a backend name to
-    extra options; `batch` overrides batch_tokens // seq (e.g. the Pathfinder shape B=512 at N=1024); `dropout` is
-    the attention dropout of every backend (applied in forward-only rows too).
+    `backends`: names or `Variant`s (a backend with options; one backend may come with several). `layout` goes to
+    every backend that takes a `layout` option (block-sparse ones) and sets none; `options` maps a backend name to
+    options of all its variants (a variant's own win); `batch` overrides batch_tokens // seq (e.g. the Pathfinder
+    shape B=512 at N=1024); `dropout` is the attention dropout of every backend (applied in forward-only rows too).
     """
     dt = parse_dtype(dtype)
     modes = tuple(modes)
@@ -101,30 +105,31 @@ def bench_attention(
         raise ConfigError(f"unknown mode(s) {bad}; use {MODES}")
     FRACTION.check("--dropout", dropout)  # the rule of model.attention_dropout
     require_device(device)
-    for name in backends:
-        BACKENDS.get(name)  # unknown names fail here, listing the known ones
+    variants = [_variant(b, options) for b in backends]  # unknown names fail here, listing the known ones
+    check_unique(variants)
     seqs, head_dims = list(seqs), list(head_dims)
     _check_sizes({"--seq": seqs, "--head-dim": head_dims, "--batch-tokens": [batch_tokens], "--heads": [heads],
                   "--batch": [batch]})  # fmt: skip
     dev_name = torch.cuda.get_device_name() if device == "cuda" else device
-    shape = {"layout": layout, "device": device, "options": options, "dropout": dropout}
+    shape = {"layout": layout, "device": device, "dropout": dropout}
     timing = {"warmup_ms": warmup_ms, "rep_ms": rep_ms}
     rows: list[dict[str, Any]] = []
     with make_progress() as progress:
-        overall = progress.add_task("bench attention", total=len(seqs) * len(head_dims) * len(backends) * len(modes))
+        overall = progress.add_task("bench attention", total=len(seqs) * len(head_dims) * len(variants) * len(modes))
         current = progress.add_task("row", total=None)
         for d in head_dims:
             h = heads if heads is not None else max(1, 512 // d)
             for n in seqs:
                 b = batch if batch is not None else max(1, batch_tokens // n)
-                for name in backends:
+                for variant in variants:
                     for mode in modes:
-                        progress.reset(current, total=None, description=f"{name} N={n} D={d} B={b} {mode}")
+                        what = escape(f"{variant.label} N={n} D={d} B={b} {mode}")
+                        progress.reset(current, total=None, description=what)
 
                         def on_rep(done: int, planned: int) -> None:
                             progress.update(current, completed=done, total=planned)
 
-                        row = _bench_one(name, n, d, h, b, dt, mode, **shape, **timing, on_rep=on_rep)
+                        row = _bench_one(variant, n, d, h, b, dt, mode, **shape, **timing, on_rep=on_rep)
                         row["device"] = dev_name
                         rows.append(row)
                         progress.advance(overall)
@@ -132,10 +137,17 @@ def bench_attention(
     return rows
 
 
+def _variant(backend: str | Variant, options: dict[str, dict[str, Any]] | None) -> Variant:
+    """`backend` as a Variant (a registered name), with the `options` given for its name under its own."""
+    variant = backend if isinstance(backend, Variant) else Variant(backend)
+    BACKENDS.get(variant.backend)
+    return Variant(variant.backend, {**(options or {}).get(variant.backend, {}), **variant.options})
+
+
 def _row_line(row: dict[str, Any], done: int, total: float | None) -> None:
     """The row just measured, as a `progress_line`."""
     result = f"{row['ms']:.3f} ms" if row["status"] == "ok" else row["status"]
-    what = f"{row['backend']} N={row['seq']} D={row['head_dim']} B={row['batch']} {row['mode']}"
+    what = f"{backend_label(row)} N={row['seq']} D={row['head_dim']} B={row['batch']} {row['mode']}"
     progress_line(f"bench attention {done}/{total:.0f}: {what}: {result}")
 
 
@@ -147,9 +159,10 @@ def _check_sizes(sizes: dict[str, list[int | None]]) -> None:
             raise ConfigError(f"{flag} {','.join(map(str, bad)) or '(none)'}: give positive integers, e.g. 1024,4096")
 
 
-def _row(name, n, d, h, b, dt, mode, dropout) -> dict[str, Any]:
+def _row(variant, n, d, h, b, dt, mode, dropout) -> dict[str, Any]:
     return {
-        "backend": name,
+        "backend": variant.backend,
+        "options": dict(variant.options),
         "seq": n,
         "head_dim": d,
         "heads": h,
@@ -167,9 +180,10 @@ def _row(name, n, d, h, b, dt, mode, dropout) -> dict[str, Any]:
     }
 
 
-def _bench_one(name, n, d, h, b, dt, mode, *, layout, device, options, dropout, warmup_ms, rep_ms,
+def _bench_one(variant, n, d, h, b, dt, mode, *, layout, device, dropout, warmup_ms, rep_ms,
                on_rep=None) -> dict[str, Any]:  # fmt: skip
-    row = _row(name, n, d, h, b, dt, mode, dropout)
+    name = variant.backend
+    row = _row(variant, n, d, h, b, dt, mode, dropout)
     reason = why_cannot_run(name, device, dt, d)
     if reason is not None:
         row["status"] = f"unsupported: {reason}"
@@ -178,10 +192,11 @@ def _bench_one(name, n, d, h, b, dt, mode, *, layout, device, options, dropout, 
     if too_big is not None:
         row["status"] = f"oom: {too_big}"  # refused before allocating (the same row as an out-of-memory one)
         return row
-    opts = dict((options or {}).get(name, {}))
+    opts = dict(variant.options)
     if layout is not None and "layout" in backend_options(name):
-        opts["layout"] = layout
-        row["layout"] = layout if isinstance(layout, str) else json.dumps(layout, default=str)
+        opts.setdefault("layout", layout)
+    if opts.get("layout") is not None:
+        row["layout"] = opts["layout"] if isinstance(opts["layout"], str) else json.dumps(opts["layout"], default=str)
     tensors: list[torch.Tensor] = []
     try:
         attn = build_attention(name, heads=h, head_dim=d, seq_len=n, dropout=dropout, options=opts).to(device)
@@ -233,12 +248,13 @@ def _call(attn, b, h, n, d, dt, mode, device):
 
 
 def peer_ratios(rows: Sequence[dict[str, Any]]) -> dict[tuple, dict[str, float]]:
-    """For each measured row, its speed-up over every other backend at the same shape: peer_ms / ms."""
+    """For each measured row, its speed-up over every other backend (with its options: `backend_label`) at the same
+    shape: peer_ms / ms."""
     groups: dict[tuple, dict[str, float]] = {}
     for r in rows:
         if r.get("status") == "ok" and r.get("ms"):
             key = (r["seq"], r["head_dim"], r["heads"], r["batch"], r["dtype"], r["mode"])
-            groups.setdefault(key, {})[r["backend"]] = r["ms"]
+            groups.setdefault(key, {})[backend_label(r)] = r["ms"]
     out: dict[tuple, dict[str, float]] = {}
     for key, times in groups.items():
         for name, ms in times.items():
@@ -260,14 +276,15 @@ def format_attention_table(
     """A rich Table of the rows, with each backend's speed-up over its peers (x > 1: faster than that peer), fitted
     into `width` columns (`lra.core.tables`; `wide`: every column)."""
     ratios = peer_ratios(rows)
-    order = sorted(rows, key=lambda r: (r["head_dim"], r["seq"], r["mode"], r["backend"]))
+    order = sorted(rows, key=lambda r: (r["head_dim"], r["seq"], r["mode"], backend_label(r)))
     cells = []
     for r in order:
-        key = (r["backend"], r["seq"], r["head_dim"], r["heads"], r["batch"], r["dtype"], r["mode"])
+        label = backend_label(r)
+        key = (label, r["seq"], r["head_dim"], r["heads"], r["batch"], r["dtype"], r["mode"])
         vs = ", ".join(f"{p} {x:.2f}x" for p, x in sorted(ratios.get(key, {}).items()))
         ok = r["status"] == "ok"
         cells.append([
-            r["backend"], str(r["seq"]), str(r["head_dim"]), str(r["heads"]), str(r["batch"]), r["dtype"], r["mode"],
+            escape(label), str(r["seq"]), str(r["head_dim"]), str(r["heads"]), str(r["batch"]), r["dtype"], r["mode"],
             f"{r.get('dropout_effective', r.get('dropout', 0.0)):.4g}", f"{r.get('density', 1.0):.3f}",
             f"{r['ms']:.3f}" if ok else "-", f"{r['tflops']:.1f}" if ok else "-",
             f"{r['peak_mem_mb']:.0f}" if ok and r.get("peak_mem_mb") is not None else "-",

@@ -82,16 +82,18 @@ def cmd_bench_train(args) -> int:
 
 def cmd_bench_attention(args) -> int:
     from lra.bench.attention import bench_attention, format_attention_table
+    from lra.bench.variants import parse_variants
     from lra.core.dtypes import parse_dtype
 
     dtype = parse_dtype(args.dtype)
+    variants = parse_variants(csv_list(args.attn), args.overrides)  # checked before anything is timed
     kwargs = {}
     if args.layout:
         kwargs["layout"] = args.layout
     if args.heads:
         kwargs["heads"] = args.heads
     rows = bench_attention(
-        csv_list(args.attn),
+        variants,
         int_list(args.seq),
         int_list(args.head_dim),
         dtype,
@@ -141,7 +143,15 @@ def add_parser(sub) -> None:
     wide.add_argument("--wide", action="store_true", help="every column (default: what fits the terminal)")
 
     a = bsub.add_parser("attention", parents=[common, wide], help="forward and forward+backward time, TFLOP/s, memory")
-    a.add_argument("--attn", required=True, help="comma-separated backends, e.g. flash,sdpa_flash,naive")
+    a.add_argument(
+        "--attn",
+        required=True,
+        help="comma-separated backends, e.g. flash,sdpa_flash,naive; NAME@OPTION=VALUE times a variant beside its "
+        "backend, e.g. flash,flash@block_m=32",
+    )
+    a.add_argument("--set", dest="overrides", action="append", default=[], metavar="BACKEND.OPTION=VALUE",
+                   help="an option of a backend in --attn, e.g. --set flash.block_m=64 (repeatable; values read as "
+                   "YAML, as lra run --set reads them)")  # fmt: skip
     a.add_argument("--seq", default="1024,4096,16384", help="comma-separated lengths (4k style allowed)")
     a.add_argument("--head-dim", default="64", help="comma-separated head dims")
     a.add_argument("--heads", type=int, default=None, help="heads (default 8 at head dim 64, else 512/head_dim)")

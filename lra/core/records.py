@@ -12,6 +12,10 @@ schema does not know (a curated record's `provenance`, say) are kept as they are
 for, "fallback": why compilation fell back to eager, or None}. A config's `train.compile` stays the string setting
 it is (the config hash covers it); a bare string in a record's `compile` is upgraded to the dict.
 
+Schema 2 adds a `bench_attention` record's `options`: the options its backend was built with beyond the shape ({} in
+older records: the backend's defaults). `backend_label` names a backend with them, as tables show it. Each upgrade
+only adds what a record lacks (or renames what it has under an old name), so one set serves any older version.
+
 The module sits in `lra.core` because the training layer writes run records and sits below `lra.results`.
 """
 
@@ -24,7 +28,7 @@ from typing import Any
 
 from lra.core.errors import DataCorruptError
 
-SCHEMA = 1
+SCHEMA = 2
 Record = dict[str, Any]
 
 ENV_FIELDS = ("device", "torch", "triton", "python", "git_commit", "date")  # lra.core.environment.environment()
@@ -103,6 +107,16 @@ def bench_train_record(
                                         "metrics": metrics})  # fmt: skip
 
 
+def backend_label(rec: Mapping[str, Any]) -> str:
+    """A bench attention record's (or row's) backend with its `options`, as tables show it: 'flash' without,
+    'flash[block_m=64,compact_padding=true]' with (values as `--set` takes them, options sorted)."""
+    options = rec.get("options") or {}
+    if not options:
+        return str(rec["backend"])
+    shown = (f"{k}={v if isinstance(v, str) else json.dumps(v, default=str)}" for k, v in sorted(options.items()))
+    return f"{rec['backend']}[{','.join(shown)}]"
+
+
 def bench_attention_record(
     *,
     backend: str,
@@ -122,13 +136,16 @@ def bench_attention_record(
     status: str,
     device: str,
     env: Mapping[str, Any],
+    options: Mapping[str, Any] | None = None,
 ) -> Record:
     """One `lra bench attention` row (kind 'bench_attention'): one backend at one shape and mode. `device` is the
-    GPU's name (it replaces env's); `dropout_effective` the dropout the backend applies (flash quantises p)."""
+    GPU's name (it replaces env's); `dropout_effective` the dropout the backend applies (flash quantises p);
+    `options` the backend's options beyond the shape (None: its defaults)."""
     shape = {"backend": backend, "seq": seq, "head_dim": head_dim, "heads": heads, "batch": batch, "dtype": dtype}
     timing = {"ms": ms, "tflops": tflops, "peak_mem_mb": peak_mem_mb, "density": density, "layout": layout}
     fields = {**shape, "mode": mode, "dropout": dropout, "dropout_effective": dropout_effective, **timing}
-    return _record("bench_attention", {**env, "device": device}, {**fields, "status": status})
+    fields |= {"status": status, "options": dict(options or {})}
+    return _record("bench_attention", {**env, "device": device}, fields)
 
 
 def bench_tiles_record(
@@ -201,7 +218,7 @@ def _upgrade_bench_train(rec: Record) -> None:
 
 def _upgrade_bench_attention(rec: Record) -> None:
     _fill(rec, {"status": "ok", "dropout": 0.0})  # timed without dropout before the option existed
-    _fill(rec, {"dropout_effective": rec["dropout"]})
+    _fill(rec, {"dropout_effective": rec["dropout"], "options": {}})  # options: schema 2
 
 
 def _upgrade_numerics_weights(rec: Record) -> None:

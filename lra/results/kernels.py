@@ -1,11 +1,13 @@
 """Attention kernel tables from `lra bench attention` records: TFLOP/s and ms per backend and sequence length, one
-table per (device, dtype, head dim, mode, attention dropout)."""
+table per (device, dtype, head dim, mode, attention dropout); a backend timed with options is a row of its own
+(`flash[block_m=64]` beside `flash`)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from typing import Any
 
+from lra.core.records import backend_label
 from lra.results.aggregate import newest, refs_of
 from lra.results.table import Cell, Row, Table, name, num
 
@@ -21,10 +23,10 @@ def attention_key(rec: dict[str, Any]) -> tuple:
 
 
 def attention_tables(rows: list[dict[str, Any]]) -> list[Table]:
-    """Kernel throughput (TFLOP/s and ms), the newest record per backend, length and head count."""
+    """Kernel throughput (TFLOP/s and ms), the newest record per backend (with its options), length and head count."""
     cells: dict[tuple, dict[tuple, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
-        cells[attention_key(r)][(r.get("backend"), r.get("seq"), r.get("heads"))].append(r)
+        cells[attention_key(r)][(backend_label(r), r.get("seq"), r.get("heads"))].append(r)
     tables = []
     for key, by_cell in sorted(cells.items(), key=lambda kv: tuple(map(str, kv[0]))):
         device, dtype, hd, mode, p = key

@@ -28,6 +28,7 @@ from lra.train.settings import (
     ModelSettings,
     TrainSettings,
     check_settings,
+    constructor_settings,
     data_settings,
     defaults,
     flagged,
@@ -251,23 +252,28 @@ def resolve(config: dict[str, Any]) -> RunConfig:
     return RunConfig.from_dict(config)
 
 
-def check_attention(blocks: dict[str, Any]) -> None:
-    """Every `attention:` block names a registered backend, and each of its options is one that backend takes."""
+def check_attention(blocks: dict[str, Any], where: str = "attention.") -> None:
+    """Every `attention:` block names a registered backend, and each of its options is one that backend takes, of
+    the type its constructor declares (normalised in place, 64.0 -> 64). `where` starts each key in a message
+    (`lra bench attention` names its `--set` and `--attn` items)."""
     from attention_impls.registry import BACKENDS
 
     for name, options in blocks.items():
         if name not in BACKENDS:
             raise ConfigError(
-                f"attention.{name}: no attention backend {name!r}{did_you_mean(name, BACKENDS.names())}; "
+                f"{where}{name}: no attention backend {name!r}{did_you_mean(name, BACKENDS.names())}; "
                 f"backends: {', '.join(BACKENDS.names())}"
             )
         valid = sorted(BACKENDS.options(name))
-        for option in options:
+        types = constructor_settings(BACKENDS.get(name))
+        for option, value in options.items():
             if option not in valid:
                 raise ConfigError(
-                    f"attention.{name}.{option}: {name!r} has no option {option!r}{did_you_mean(option, valid)}; "
+                    f"{where}{name}.{option}: {name!r} has no option {option!r}{did_you_mean(option, valid)}; "
                     f"its options: {', '.join(valid) or '(none)'}"
                 )
+            if option in types:
+                options[option] = types[option].check(f"{where}{name}.{option}", value)
 
 
 def validate(config: dict[str, Any]) -> None:

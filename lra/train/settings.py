@@ -261,8 +261,14 @@ def _from_type(hint: Any, default: Any) -> Setting | None:
 
 def data_settings(task_cls: type) -> dict[str, Setting]:
     """The declared types of a task's `data:` settings, from its constructors (base classes first)."""
+    return constructor_settings(task_cls)
+
+
+def constructor_settings(cls: type) -> dict[str, Setting]:
+    """The declared types of the parameters of `cls`'s constructors (base classes first): a task's `data:`
+    settings, an attention backend's options."""
     out: dict[str, Setting] = {}
-    for klass in reversed(task_cls.__mro__):
+    for klass in reversed(cls.__mro__):
         init = klass.__dict__.get("__init__")
         if init is None or klass is object:
             continue

@@ -7,18 +7,20 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from lra.core.records import backend_label
 from lra.results.kernels import attention_key
 from lra.results.plots.canvas import by_str_key, colours, grid, pyplot, save, slug
 from lra.results.table import Figure
 
 
 def attention_figures(records: list[dict[str, Any]], plot_dir: Path) -> list[Figure]:
-    """Per (device, dtype, head dim, mode): ms and peak memory against length; dashed lines = with dropout."""
+    """Per (device, dtype, head dim, mode): ms and peak memory against length, a line per backend with its options;
+    dashed lines = with dropout."""
     lines_of: dict[tuple, dict[tuple, list]] = defaultdict(lambda: defaultdict(list))
     for r in records:
         if r["status"] == "ok" and r.get("seq") and r.get("ms") is not None:
             device, dtype, hd, mode, p = attention_key(r)
-            lines_of[(device, dtype, hd, mode)][(r["backend"], p)].append((r["seq"], r["ms"], r.get("peak_mem_mb")))
+            lines_of[(device, dtype, hd, mode)][(backend_label(r), p)].append((r["seq"], r["ms"], r.get("peak_mem_mb")))
     figures = []
     for (device, dtype, hd, mode), lines in _swept(lines_of):
         path = plot_dir / f"attention-{mode}-{dtype}-d{hd}-{slug(device)}.png"
