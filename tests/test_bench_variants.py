@@ -95,8 +95,8 @@ def test_records_without_options_read_as_the_backends_defaults():
     assert R.upgrade(schema_1) == rec
 
 
-def _kernel_record(options: dict, ms: float, seq: int = 1024) -> dict:
-    return R.bench_attention_record(backend="flash", seq=seq, head_dim=64, heads=8, batch=128, dtype="bf16",
+def _kernel_record(options: dict, ms: float, seq: int = 1024, batch: int = 128, heads: int = 8) -> dict:
+    return R.bench_attention_record(backend="flash", seq=seq, head_dim=64, heads=heads, batch=batch, dtype="bf16",
                                     mode="fwd", dropout=0.0, dropout_effective=0.0, ms=ms, tflops=100 / ms,
                                     peak_mem_mb=None, density=1.0, layout=None, status="ok", device="H200", env={},
                                     options=options)  # fmt: skip
@@ -109,3 +109,16 @@ def test_kernel_tables_keep_an_optioned_backend_apart_from_the_plain_one(tmp_pat
     assert table.header == ["backend", "N=1024", "N=2048"]
     rows = {row[0].text: [c.text for c in row[1:]] for row in table.rows}
     assert rows == {"flash": ["50 (2.00 ms)", "25 (4.00 ms)"], "flash[block_m=64]": ["100 (1.00 ms)", "-"]}
+
+
+def test_kernel_tables_give_each_batch_and_head_count_its_own_column(tmp_path):
+    # The same N timed at two shapes: neither hides the other, and the header says which is which.
+    for rec in (
+        _kernel_record({}, 2.0),
+        _kernel_record({}, 8.0, batch=512, heads=4),
+        _kernel_record({}, 4.0, seq=2048),
+    ):
+        save_record(rec, tmp_path)
+    (table,) = attention_tables(load_records(tmp_path))
+    assert table.header == ["backend", "N=1024 B=128 H=8", "N=1024 B=512 H=4", "N=2048"]
+    assert [c.text for c in table.rows[0][1:]] == ["50 (2.00 ms)", "12 (8.00 ms)", "25 (4.00 ms)"]

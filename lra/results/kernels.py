@@ -23,24 +23,37 @@ def attention_key(rec: dict[str, Any]) -> tuple:
 
 
 def attention_tables(rows: list[dict[str, Any]]) -> list[Table]:
-    """Kernel throughput (TFLOP/s and ms), the newest record per backend (with its options), length and head count."""
+    """Kernel throughput (TFLOP/s and ms), the newest record per backend (with its options) and shape; a column is
+    one (N, batch, heads), so cells timed at different batch or head counts never sit in one column."""
     cells: dict[tuple, dict[tuple, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
-        cells[attention_key(r)][(backend_label(r), r.get("seq"), r.get("heads"))].append(r)
+        cells[attention_key(r)][(backend_label(r), shape_of(r))].append(r)
     tables = []
     for key, by_cell in sorted(cells.items(), key=lambda kv: tuple(map(str, kv[0]))):
         device, dtype, hd, mode, p = key
-        latest: dict[tuple, dict[str, Any]] = {}
-        for (backend, seq, _), recs in sorted(by_cell.items(), key=lambda kv: tuple(map(str, kv[0]))):
-            rec = newest(recs)
-            if (backend, seq) not in latest or newest([latest[(backend, seq)], rec]) is rec:
-                latest[(backend, seq)] = rec
-        seqs = sorted({s for _, s in latest})
-        body = [Row([name(b), *[_cell(latest.get((b, s))) for s in seqs]]) for b in sorted({b for b, _ in latest})]
+        latest = {cell: newest(recs) for cell, recs in by_cell.items()}
+        shapes = sorted({s for _, s in latest}, key=lambda s: tuple(map(str, s)))
+        shapes.sort(key=lambda s: s[0] or 0)
+        backends = sorted({b for b, _ in latest})
+        body = [Row([name(b), *[_cell(latest.get((b, s))) for s in shapes]]) for b in backends]
         title = f"Attention {mode}, {dtype}, head dim {hd}, dropout {p:g} ({device})"
         note = "TFLOP/s (ms); forward FLOPs 4*B*H*N^2*D (times density for block-sparse), backward 2.5x forward."
-        tables.append(Table(title, ["backend", *[f"N={s}" for s in seqs]], body, [note], section="kernels"))
+        columns = [_column(s, shapes) for s in shapes]
+        tables.append(Table(title, ["backend", *columns], body, [note], section="kernels"))
     return tables
+
+
+def shape_of(rec: dict[str, Any]) -> tuple:
+    """(N, batch, heads) of a bench attention record: what a column of the kernel table holds."""
+    return (rec.get("seq"), rec.get("batch"), rec.get("heads"))
+
+
+def _column(shape: tuple, shapes: list[tuple]) -> str:
+    """`N=1024`, or `N=1024 B=128 H=64` where the table holds that N at more than one batch or head count."""
+    seq, batch, heads = shape
+    if sum(s[0] == seq for s in shapes) == 1:
+        return f"N={seq}"
+    return f"N={seq} B={batch} H={heads}"
 
 
 def _cell(rec: dict[str, Any] | None) -> Cell:

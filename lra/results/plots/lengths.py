@@ -3,11 +3,12 @@ dropout) and training throughput and peak memory (`lra bench train --seq`)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 from lra.core.records import backend_label
+from lra.results.aggregate import newest
 from lra.results.kernels import attention_key
 from lra.results.plots.canvas import by_str_key, colours, grid, pyplot, save, slug
 from lra.results.table import Figure
@@ -15,19 +16,34 @@ from lra.results.table import Figure
 
 def attention_figures(records: list[dict[str, Any]], plot_dir: Path) -> list[Figure]:
     """Per (device, dtype, head dim, mode): ms and peak memory against length, a line per backend with its options;
-    dashed lines = with dropout."""
-    lines_of: dict[tuple, dict[tuple, list]] = defaultdict(lambda: defaultdict(list))
-    for r in records:
-        if r["status"] == "ok" and r.get("seq") and r.get("ms") is not None:
-            device, dtype, hd, mode, p = attention_key(r)
-            lines_of[(device, dtype, hd, mode)][(backend_label(r), p)].append((r["seq"], r["ms"], r.get("peak_mem_mb")))
+    dashed lines = with dropout. Only the figure's most common batch x length x heads is drawn, so every point of a
+    figure does the same number of score rows (the bench's default: batch x length = 131,072 tokens)."""
+    timed = [r for r in records if r["status"] == "ok" and r.get("seq") and r.get("ms") is not None]
+    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in timed:
+        groups[attention_key(r)[:4]].append(r)
     figures = []
-    for (device, dtype, hd, mode), lines in _swept(lines_of):
+    for (device, dtype, hd, mode), lines in _swept({k: _lines(v) for k, v in groups.items()}):
         path = plot_dir / f"attention-{mode}-{dtype}-d{hd}-{slug(device)}.png"
         title = f"attention {mode}, {dtype}, head dim {hd} ({device})"
         caption = f"Kernel time and peak memory against sequence length, {title}; dashed: with attention dropout."
         figures.append(Figure(_length_plot(lines, path, title, "ms per call"), caption, "kernels"))
     return figures
+
+
+def _lines(records: list[dict[str, Any]]) -> dict[tuple, list]:
+    """(backend label, dropout) -> [(N, ms, peak MB)] over the records at the most common batch x N x heads."""
+    work = Counter((r.get("batch") or 0) * r["seq"] * (r.get("heads") or 0) for r in records)
+    modal = max(work, key=lambda w: (work[w], w))
+    points: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        if (r.get("batch") or 0) * r["seq"] * (r.get("heads") or 0) == modal:
+            points[(backend_label(r), attention_key(r)[4], r["seq"])].append(r)
+    lines: dict[tuple, list] = defaultdict(list)
+    for (label, p, seq), recs in points.items():
+        r = newest(recs)
+        lines[(label, p)].append((seq, r["ms"], r.get("peak_mem_mb")))
+    return lines
 
 
 def train_length_figures(records: list[dict[str, Any]], plot_dir: Path) -> list[Figure]:
