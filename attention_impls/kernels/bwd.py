@@ -20,14 +20,15 @@ import triton.language as tl
 from attention_impls.kernels.common import (
     dropout_keep,
     head_ptr,
-    list_prologue,
+    load_block,
+    load_cols,
     load_rows,
-    load_tile,
     mma,
-    next_block,
     program_start,
     store_rows,
     visit_plan,
+    walk_start,
+    walk_step,
 )
 
 
@@ -117,19 +118,14 @@ def dkdv_inner(
 ):
     """Add the query blocks lo..hi-1 (range or list) into this key block's dK, dV accumulators (and, ATOMIC_DQ, their
     share of dQ, unscaled, into the fp32 buffer at DQ_base)."""
-    offs_m0 = tl.arange(0, BLOCK_M)
-    d_ok = offs_d < HEAD_DIM
     BLOCK_N: tl.constexpr = k.shape[0]
     PAD_D: tl.constexpr = k.shape[1] != HEAD_DIM
-    nxt, entries = list_prologue(list_ptr, lo, hi, SPARSE, LIST_IN_REGS, MAX_LIST)
+    offs_m0, d_ok, nxt, entries = walk_start(
+        list_ptr, lo, hi, offs_d, BLOCK_M, HEAD_DIM, SPARSE, LIST_IN_REGS, MAX_LIST
+    )
     for i in range(lo, hi):
-        blk, nxt = next_block(list_ptr, i, hi, nxt, entries, SPARSE, LIST_IN_REGS, MAX_LIST)
-        start_m = blk * BLOCK_M
-        offs_m = start_m + offs_m0
-        m_ok = offs_m < q_len
-        qT = load_tile(
-            Q_base + offs_m[None, :] * stride_qn + offs_d[:, None], m_ok[None, :], d_ok[:, None], MASK_Q, PAD_D
-        )
+        _, offs_m, m_ok, nxt = walk_step(list_ptr, i, hi, nxt, entries, offs_m0, q_len, SPARSE, LIST_IN_REGS, MAX_LIST)
+        qT = load_cols(Q_base, offs_m, stride_qn, m_ok, offs_d, d_ok, MASK_Q, PAD_D)
         if MASK_Q:
             lse = tl.load(Lse_base + offs_m, mask=m_ok, other=float("inf"))
             delta = tl.load(Delta_base + offs_m, mask=m_ok, other=0.0)
@@ -138,9 +134,7 @@ def dkdv_inner(
             delta = tl.load(Delta_base + offs_m)
         sT = mma(k, qT, tl.zeros([k.shape[0], BLOCK_M], tl.float32), PREC, UPCAST)
         pT = tl.math.exp2(sT * qk_scale - lse[None, :])
-        do = load_tile(
-            DO_base + offs_m[:, None] * stride_don + offs_d[None, :], m_ok[:, None], d_ok[None, :], MASK_Q, PAD_D
-        )
+        do = load_block(DO_base, offs_m, stride_don, m_ok, offs_d, d_ok, MASK_Q, PAD_D)
         dpT = mma(v, tl.trans(do), tl.zeros([k.shape[0], BLOCK_M], tl.float32), PREC, UPCAST)
         if DROPOUT:
             keepT = tl.trans(dropout_keep(seed, offset, bh, offs_m, start_n, threshold, BLOCK_N))
@@ -290,21 +284,16 @@ def dq_inner(
     MAX_LIST: tl.constexpr,
 ):
     """Add key blocks lo..hi-1 (range or list, as the forward visits them) into this query block's dQ."""
-    offs_n0 = tl.arange(0, BLOCK_N)
-    d_ok = offs_d < HEAD_DIM
     PAD_D: tl.constexpr = q.shape[1] != HEAD_DIM
-    nxt, entries = list_prologue(list_ptr, lo, hi, SPARSE, LIST_IN_REGS, MAX_LIST)
+    offs_n0, d_ok, nxt, entries = walk_start(
+        list_ptr, lo, hi, offs_d, BLOCK_N, HEAD_DIM, SPARSE, LIST_IN_REGS, MAX_LIST
+    )
     for i in range(lo, hi):
-        blk, nxt = next_block(list_ptr, i, hi, nxt, entries, SPARSE, LIST_IN_REGS, MAX_LIST)
-        start_n = blk * BLOCK_N
-        offs_n = start_n + offs_n0
-        n_ok = offs_n < kv_len
-        kT = load_tile(
-            K_base + offs_n[None, :] * stride_kn + offs_d[:, None], n_ok[None, :], d_ok[:, None], MASK_KV, PAD_D
+        start_n, offs_n, n_ok, nxt = walk_step(
+            list_ptr, i, hi, nxt, entries, offs_n0, kv_len, SPARSE, LIST_IN_REGS, MAX_LIST
         )
-        vT = load_tile(
-            V_base + offs_n[None, :] * stride_vn + offs_d[:, None], n_ok[None, :], d_ok[:, None], MASK_KV, PAD_D
-        )
+        kT = load_cols(K_base, offs_n, stride_kn, n_ok, offs_d, d_ok, MASK_KV, PAD_D)
+        vT = load_cols(V_base, offs_n, stride_vn, n_ok, offs_d, d_ok, MASK_KV, PAD_D)
         s = mma(q, kT, tl.zeros([q.shape[0], BLOCK_N], tl.float32), PREC, UPCAST)
         p = tl.math.exp2(s * qk_scale - lse[:, None])
         if MASK_KV:

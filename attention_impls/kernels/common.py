@@ -1,4 +1,5 @@
-"""Device helpers shared by every kernel of the family: masked tile loads, the dot, and the dropout RNG.
+"""Device helpers shared by every kernel of the family: masked tile loads, the dot, the inner loops' block walk, and
+the dropout RNG.
 
 Dropout keep-mask layout (a pure function of the RNG state, batch * heads + head, query row and key column, so the
 forward, both backward kernels and `dropout_keep_mask` draw the same bits whatever their tile sizes): key column c
@@ -143,6 +144,61 @@ def next_block(list_ptr, i, hi, nxt, entries, SPARSE: tl.constexpr, LIST_IN_REGS
     else:
         blk = i
     return blk, nxt
+
+
+@triton.jit
+def walk_start(
+    list_ptr,
+    lo,
+    hi,
+    offs_d,
+    BLOCK: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    SPARSE: tl.constexpr,
+    LIST_IN_REGS: tl.constexpr,
+    MAX_LIST: tl.constexpr,
+):
+    """Before an inner loop over blocks lo..hi-1: (the block's offsets 0..BLOCK-1, the head-dim mask, and the
+    `next_block` state), the same for the forward's and both backward loops."""
+    offs0 = tl.arange(0, BLOCK)
+    d_ok = offs_d < HEAD_DIM
+    nxt, entries = list_prologue(list_ptr, lo, hi, SPARSE, LIST_IN_REGS, MAX_LIST)
+    return offs0, d_ok, nxt, entries
+
+
+@triton.jit
+def walk_step(
+    list_ptr,
+    i,
+    hi,
+    nxt,
+    entries,
+    offs0,
+    valid_len,
+    SPARSE: tl.constexpr,
+    LIST_IN_REGS: tl.constexpr,
+    MAX_LIST: tl.constexpr,
+):
+    """Step i of an inner loop: (first position of its block, the block's positions, which are below `valid_len`,
+    the `next_block` state for step i+1)."""
+    BLOCK: tl.constexpr = offs0.shape[0]
+    blk, nxt = next_block(list_ptr, i, hi, nxt, entries, SPARSE, LIST_IN_REGS, MAX_LIST)
+    start = blk * BLOCK
+    offs = start + offs0
+    return start, offs, offs < valid_len, nxt
+
+
+@triton.jit
+def load_cols(base, offs, stride, ok, offs_d, d_ok, MASK_ROWS: tl.constexpr, PAD_D: tl.constexpr):
+    """The [BLOCK_D, len(offs)] tile of rows `offs` (row stride `stride`), transposed: the inner loops' K^T, V^T and
+    Q^T. Masked as `load_tile` masks (rows not `ok` only with MASK_ROWS, padded columns only with PAD_D)."""
+    return load_tile(base + offs[None, :] * stride + offs_d[:, None], ok[None, :], d_ok[:, None], MASK_ROWS, PAD_D)
+
+
+@triton.jit
+def load_block(base, offs, stride, ok, offs_d, d_ok, MASK_ROWS: tl.constexpr, PAD_D: tl.constexpr):
+    """The [len(offs), BLOCK_D] tile of rows `offs`, masked as `load_cols` masks: the inner loops' V and dO."""
+    return load_tile(base + offs[:, None] * stride + offs_d[None, :], ok[:, None], d_ok[None, :], MASK_ROWS, PAD_D)
 
 
 @triton.jit

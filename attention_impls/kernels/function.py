@@ -24,7 +24,6 @@ from attention_impls.kernels.lists import LayoutLists
 from attention_impls.kernels.tiles import (
     MAX_HEAD_DIM,
     SUPPORTED_HEAD_DIMS,
-    TILE_OPTIONS,
     Tiles,
     default_tiles,
     padded_head_dim,
@@ -178,10 +177,6 @@ def _backward(do, q, k, v, out, lse, lengths, rng, q_list, dq_list, scale, thres
     return dq, dk, dv
 
 
-def _tiles_of(values: list[int]) -> Tiles:
-    return Tiles(**dict(zip(TILE_OPTIONS, values)))
-
-
 @torch.library.custom_op("lra::flash_fwd", mutates_args=())
 def flash_fwd(
     q: torch.Tensor,
@@ -200,7 +195,7 @@ def flash_fwd(
     deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse) of the forward kernel. `q_list`/`dq_list` and `deterministic` are for the backward."""
-    return _forward(q, k, v, lengths, rng, kv_list, scale, threshold, pad_queries, _tiles_of(tiles), allow_tf32)
+    return _forward(q, k, v, lengths, rng, kv_list, scale, threshold, pad_queries, Tiles.from_values(tiles), allow_tf32)
 
 
 @flash_fwd.register_fake
@@ -229,7 +224,7 @@ def flash_bwd(
     deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of the backward kernels."""
-    params = (scale, threshold, pad_queries, _tiles_of(tiles), allow_tf32, deterministic)
+    params = (scale, threshold, pad_queries, Tiles.from_values(tiles), allow_tf32, deterministic)
     return _backward(do, q, k, v, out, lse, lengths, rng, q_list, dq_list, *params)
 
 

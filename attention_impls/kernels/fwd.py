@@ -18,14 +18,15 @@ import triton.language as tl
 from attention_impls.kernels.common import (
     dropout_keep,
     head_ptr,
-    list_prologue,
+    load_block,
+    load_cols,
     load_rows,
-    load_tile,
     mma,
-    next_block,
     program_start,
     store_rows,
     visit_plan,
+    walk_start,
+    walk_step,
 )
 
 
@@ -61,18 +62,15 @@ def fwd_inner(
     MAX_LIST: tl.constexpr,
 ):
     """Fold key blocks lo..hi-1 (of the range or list) into the running (acc, l, m) of one query block."""
-    offs_n0 = tl.arange(0, BLOCK_N)
-    d_ok = offs_d < HEAD_DIM
     PAD_D: tl.constexpr = q.shape[1] != HEAD_DIM
-    nxt, entries = list_prologue(list_ptr, lo, hi, SPARSE, LIST_IN_REGS, MAX_LIST)
+    offs_n0, d_ok, nxt, entries = walk_start(
+        list_ptr, lo, hi, offs_d, BLOCK_N, HEAD_DIM, SPARSE, LIST_IN_REGS, MAX_LIST
+    )
     for i in range(lo, hi):
-        blk, nxt = next_block(list_ptr, i, hi, nxt, entries, SPARSE, LIST_IN_REGS, MAX_LIST)
-        start_n = blk * BLOCK_N
-        offs_n = start_n + offs_n0
-        n_ok = offs_n < kv_len
-        kT = load_tile(
-            K_base + offs_n[None, :] * stride_kn + offs_d[:, None], n_ok[None, :], d_ok[:, None], MASK_KV, PAD_D
+        start_n, offs_n, n_ok, nxt = walk_step(
+            list_ptr, i, hi, nxt, entries, offs_n0, kv_len, SPARSE, LIST_IN_REGS, MAX_LIST
         )
+        kT = load_cols(K_base, offs_n, stride_kn, n_ok, offs_d, d_ok, MASK_KV, PAD_D)
         s = mma(q, kT, tl.zeros([q.shape[0], BLOCK_N], tl.float32), PREC, UPCAST)
         if MASK_KV:
             s = tl.where(n_ok[None, :], s, float("-inf"))
@@ -83,9 +81,7 @@ def fwd_inner(
         acc = acc * alpha[:, None]
         if DROPOUT:
             p = tl.where(dropout_keep(seed, offset, bh, offs_m, start_n, threshold, BLOCK_N), p, 0.0)
-        v = load_tile(
-            V_base + offs_n[:, None] * stride_vn + offs_d[None, :], n_ok[:, None], d_ok[None, :], MASK_KV, PAD_D
-        )
+        v = load_block(V_base, offs_n, stride_vn, n_ok, offs_d, d_ok, MASK_KV, PAD_D)
         acc = mma(p.to(v.dtype), v, acc, PREC, UPCAST)
         m_i = m_new
     return acc, l_i, m_i

@@ -8,6 +8,7 @@ tutorial: the outer tile is the large one and the loop walks small tiles.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -64,41 +65,32 @@ class Tiles:
             raise ValueError(f"unknown tile option(s) {sorted(unknown)}; valid: {', '.join(TILE_OPTIONS)}")
         return replace(self, **{k: int(v) for k, v in options.items() if v is not None})
 
+    @classmethod
+    def from_values(cls, values: Sequence[int]) -> Tiles:
+        """Tiles from a list in TILE_OPTIONS order: the inverse of `values` (the custom ops' form, the tuned tables)."""
+        return cls(**dict(zip(TILE_OPTIONS, values)))
+
     def values(self) -> list[int]:
         """The fields as a list in TILE_OPTIONS order (how the custom ops take them)."""
         return [getattr(self, name) for name in TILE_OPTIONS]
 
 
-# Defaults for 16-bit inputs on the H200, by head dim: the fastest of the sweep in docs/flash_kernel.md (device call 1;
-# forward and backward tuned separately at the shapes of lra/bench/tile_tuner.py's SHAPES). Head dims 8 and 16
-# were tuned again with attention dropout 0.1, as every LRA config trains (docs/flash_kernel.md, v5).
+# Defaults on the H200, by head dim, for 16-bit inputs: the fastest of the sweep in docs/flash_kernel.md (device call 1;
+# forward and backward tuned separately at the shapes of lra/bench/tile_tuner.py's SHAPES). Head dims 8 and 16 were
+# tuned again with attention dropout 0.1, as every LRA config trains (docs/flash_kernel.md, v5). fp32 tiles hold twice
+# the bytes: smaller tiles keep them within shared memory and registers. The fields are in TILE_OPTIONS order.
 # fmt: off
-_H200_16BIT: dict[int, Tiles] = {
-    8: Tiles(block_m=64, block_n=64, num_warps=4, num_stages=3,
-             bwd_block_m=32, bwd_block_n=64, bwd_num_warps=4, bwd_num_stages=3),
-    16: Tiles(block_m=64, block_n=64, num_warps=4, num_stages=3,
-              bwd_block_m=32, bwd_block_n=64, bwd_num_warps=4, bwd_num_stages=3),
-    32: Tiles(block_m=64, block_n=128, num_warps=4, num_stages=3,
-              bwd_block_m=32, bwd_block_n=64, bwd_num_warps=4, bwd_num_stages=3),
-    64: Tiles(block_m=128, block_n=64, num_warps=8, num_stages=3,
-              bwd_block_m=64, bwd_block_n=64, bwd_num_warps=4, bwd_num_stages=2),
-    128: Tiles(block_m=64, block_n=64, num_warps=4, num_stages=3,
-               bwd_block_m=64, bwd_block_n=64, bwd_num_warps=4, bwd_num_stages=2),
-}
-# fp32 tiles hold twice the bytes: smaller tiles keep them within shared memory and registers.
-_H200_FP32: dict[int, Tiles] = {
-    8: Tiles(block_m=64, block_n=64, num_warps=4, num_stages=2,
-             bwd_block_m=32, bwd_block_n=64, bwd_num_warps=4, bwd_num_stages=2),
-    16: Tiles(block_m=64, block_n=64, num_warps=4, num_stages=2,
-              bwd_block_m=32, bwd_block_n=64, bwd_num_warps=4, bwd_num_stages=2),
-    32: Tiles(block_m=64, block_n=64, num_warps=4, num_stages=2,
-              bwd_block_m=32, bwd_block_n=64, bwd_num_warps=4, bwd_num_stages=2),
-    64: Tiles(block_m=64, block_n=32, num_warps=4, num_stages=2,
-              bwd_block_m=32, bwd_block_n=64, bwd_num_warps=4, bwd_num_stages=2),
-    128: Tiles(block_m=64, block_n=32, num_warps=4, num_stages=2,
-               bwd_block_m=16, bwd_block_n=32, bwd_num_warps=4, bwd_num_stages=2),
+_H200: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    # head dim: (16-bit inputs, fp32 inputs), each block_m, block_n, num_warps, num_stages, then the backward's four
+    8:   ((64,  64, 4, 3,  32, 64, 4, 3), (64, 64, 4, 2,  32, 64, 4, 2)),
+    16:  ((64,  64, 4, 3,  32, 64, 4, 3), (64, 64, 4, 2,  32, 64, 4, 2)),
+    32:  ((64, 128, 4, 3,  32, 64, 4, 3), (64, 64, 4, 2,  32, 64, 4, 2)),
+    64:  ((128, 64, 8, 3,  64, 64, 4, 2), (64, 32, 4, 2,  32, 64, 4, 2)),
+    128: ((64,  64, 4, 3,  64, 64, 4, 2), (64, 32, 4, 2,  16, 32, 4, 2)),
 }
 # fmt: on
+_H200_16BIT: dict[int, Tiles] = {d: Tiles.from_values(half) for d, (half, _) in _H200.items()}
+_H200_FP32: dict[int, Tiles] = {d: Tiles.from_values(single) for d, (_, single) in _H200.items()}
 # The CPU interpreter runs each program in Python: large tiles mean few programs, which is what makes it fast.
 _INTERPRETER = Tiles(
     block_m=64, block_n=64, num_warps=4, num_stages=1, bwd_block_m=64, bwd_block_n=64, bwd_num_warps=4, bwd_num_stages=1
