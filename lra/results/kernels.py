@@ -32,8 +32,7 @@ def attention_tables(rows: list[dict[str, Any]]) -> list[Table]:
     for key, by_cell in sorted(cells.items(), key=lambda kv: tuple(map(str, kv[0]))):
         device, dtype, hd, mode, p = key
         latest = {cell: newest(recs) for cell, recs in by_cell.items()}
-        shapes = sorted({s for _, s in latest}, key=lambda s: tuple(map(str, s)))
-        shapes.sort(key=lambda s: s[0] or 0)
+        shapes = sorted({s for _, s in latest}, key=lambda s: (s[0] or 0, tuple(map(str, s))))
         backends = sorted({b for b, _ in latest})
         body = [Row([name(b), *[_cell(latest.get((b, s))) for s in shapes]]) for b in backends]
         title = f"Attention {mode}, {dtype}, head dim {hd}, dropout {p:g} ({device})"

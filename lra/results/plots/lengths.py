@@ -33,11 +33,11 @@ def attention_figures(records: list[dict[str, Any]], plot_dir: Path) -> list[Fig
 
 def _lines(records: list[dict[str, Any]]) -> dict[tuple, list]:
     """(backend label, dropout) -> [(N, ms, peak MB)] over the records at the most common batch x N x heads."""
-    work = Counter((r.get("batch") or 0) * r["seq"] * (r.get("heads") or 0) for r in records)
+    work = Counter(_rows(r) for r in records)
     modal = max(work, key=lambda w: (work[w], w))
     points: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
-        if (r.get("batch") or 0) * r["seq"] * (r.get("heads") or 0) == modal:
+        if _rows(r) == modal:
             points[(backend_label(r), attention_key(r)[4], r["seq"])].append(r)
     lines: dict[tuple, list] = defaultdict(list)
     for (label, p, seq), recs in points.items():
@@ -61,6 +61,11 @@ def train_length_figures(records: list[dict[str, Any]], plot_dir: Path) -> list[
         caption = f"Training throughput and peak memory against sequence length, {task} ({device})."
         figures.append(Figure(_length_plot(lines, path, title, "tokens/s"), caption, "speed"))
     return figures
+
+
+def _rows(rec: dict[str, Any]) -> int:
+    """Score rows a bench attention record timed: batch x N x heads."""
+    return (rec.get("batch") or 0) * rec["seq"] * (rec.get("heads") or 0)
 
 
 def _swept(lines_of: dict[tuple, dict[tuple, list]]) -> list[tuple[tuple, dict[tuple, list]]]:
