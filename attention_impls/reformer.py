@@ -8,8 +8,9 @@ What it computes, per head and per round of hashing (n_hashes rounds):
 2. Hash: random rotation R (d x n_buckets/2, Gaussian), bucket = argmax([x R ; -x R]) of the normalised x (angular
    LSH). n_buckets, unless set: 2 x the number of chunks rounded down to a power of two (as below).
 3. Sort tokens by (bucket, position), cut the sorted order into chunks of bucket_size, and let each chunk attend to
-   itself and to the previous chunk (circularly), scores x_i . (x_j / |x_j|) * scale. A token does not attend to
-   itself unless it has no other key (then it attends only to itself). Option causal adds j <= i.
+   itself and to the previous chunk (circularly), scores x_i . (x_j / |x_j|) * scale, scale 1 unless set (the
+   reference's 1/sqrt(d) is spent on the key's norm, below). A token does not attend to itself unless it has no
+   other key (then it attends only to itself). Option causal adds j <= i.
 4. Undo the sort; the n_hashes rounds are merged by their softmax normalisers (logsumexp weights), which equals a
    softmax over the union of keys seen in any round (pairs seen in several rounds count once per round; the paper's
    duplicate correction is not applied, as in the LRA and trax defaults).
@@ -31,7 +32,11 @@ own chunk and the previous one (lsh_num_chunks_before=1, lsh_num_chunks_after=0)
 linear map, and keeps every projection in use, which DistributedDataParallel requires); no attention dropout
 (lsh_attention_probs_dropout_prob=0.0), so `drop_attention` is False and a run asking for attention dropout trains
 without it and says so (the record's attention_dropout_applied: false). The LRA repo's reformer_attention.py
-applies none either (ReformerSelfAttention takes dropout_rate and never uses it).
+applies none either (ReformerSelfAttention takes dropout_rate and never uses it). Score scale 1: HF's
+LSHSelfAttention divides the key by its RMS and by sqrt(head_dim) (_len_and_dim_norm: a unit key) and scales the
+query . key dots no further. Before 2026-12-04 this backend also multiplied by 1/sqrt(d), so its scores started
+sqrt(d) times flatter than the reference's (5.7x at head dim 32) and fa-paper ListOps stayed at chance (18.2%,
+docs/baselines.md); `scale` is an option, so that run is `--set attention.reformer.scale=0.1767766952966369`.
 Deviation kept: that reference computes the whole layer in fp32 (attention.py lines 72-74); here the hashing runs in
 fp32 and the scores in the autocast dtype.
 """
@@ -53,7 +58,7 @@ QK_SOURCES = ("mean", "query")
 @register_backend("reformer")
 class ReformerAttention(HashRounds):
     """LSH attention (shared QK). Options: n_hashes (2), bucket_size (64), n_buckets (None: 2 N / bucket_size to a
-    power of two), causal (False), qk ('mean' or 'query'), drop_attention (False)."""
+    power of two), causal (False), qk ('mean' or 'query'), drop_attention (False), scale (1.0: HF's unit keys)."""
 
     capabilities = Capabilities(
         exact=False,
@@ -69,9 +74,10 @@ class ReformerAttention(HashRounds):
         causal: bool = False,
         qk: str = "mean",
         drop_attention: bool = False,
+        scale: float | None = 1.0,
         **kwargs,
     ):
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, scale=scale, **kwargs)
         self.drop_attention = bool(drop_attention)
         if not self.drop_attention:
             self.dropout = 0.0  # as the reference code (see the module docstring)

@@ -114,6 +114,18 @@ def test_reformer_one_bucket_equals_shared_qk_softmax(causal, n_hashes, qk):
         check_against(out, ref, (q, k, v))
 
 
+def test_reformer_scores_are_query_dot_unit_key_unscaled():
+    # HF LSHSelfAttention (the FlashAttention recipe's reference): key / |key|, no further 1/sqrt(d) on the dots
+    n = 13
+    attn = build("reformer", n, bucket_size=64, n_hashes=1)
+    q, k, v = rand_qkv(2, n, 32)
+    mask = right_padded_mask([n, 7], n)
+    assert attn.scale == 1.0
+    check_against(attn(q, k, v, mask), shared_qk_reference(q, k, v, mask, 1.0), (q, k, v))
+    flatter = build("reformer", n, bucket_size=64, n_hashes=1, scale=32**-0.5)
+    assert rel_err(flatter(q, k, v, mask), shared_qk_reference(q, k, v, mask, 1.0)) > 1e-2
+
+
 def test_reformer_equals_softmax_over_its_chunks():
     """Several buckets and rounds, from the paper's recipe given the hash buckets (eval mode: the same hashes):
     sort real tokens by (bucket, position), cut into chunks of bucket_size, attend to the own and previous chunk
