@@ -19,11 +19,16 @@ There is no attention matrix, so there is no attention dropout, and none of the 
 lra_benchmarks/models/linear_transformer/linear_attention.py deletes its dropout_rate ("TODO: figure out how to apply
 attention dropout"), and mlpen/Nystromformer LRA/code/attention_linear.py (the FlashAttention recipe's code) has
 none. A run asking for it trains without it and says so (capabilities.dropout_reference; the record's
-attention_dropout_applied: false). Deviation kept: that Nystromformer file computes phi(Q) (phi(K)^T V) / sqrt(N)
-with no normaliser (N the padded length); this is the normalised form of the paper, LRA and fly.
+attention_dropout_applied: false).
+
+Option `normalize` (default True: the paper's, LRA's and fly's form above). False is the FlashAttention recipe's code
+as it stands: mlpen/Nystromformer attention_linear.py scales phi(Q) and phi(K) by N^(-1/4) each (`Q.size(2)`, the
+padded sequence length) and returns phi(Q) (phi(K)^T V) / sqrt(N) with no normaliser, padded keys and values zeroed.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +40,8 @@ from attention_impls.registry import register_backend
 
 @register_backend("linear")
 class LinearAttention(AttentionBackend):
-    """Linear Transformer attention, elu(x)+1 features, non-causal. Option: `eps` (denominator guard, 1e-6)."""
+    """Linear Transformer attention, elu(x)+1 features, non-causal. Options: `eps` (denominator guard, 1e-6),
+    `normalize` (True; False: the Nystromformer code's phi(Q) (phi(K)^T V) / sqrt(N_padded))."""
 
     capabilities = Capabilities(
         exact=False,
@@ -44,11 +50,14 @@ class LinearAttention(AttentionBackend):
         notes="Katharopoulos et al. 2020; O(N d^2)",
     )
 
-    def __init__(self, *args, eps: float = 1e-6, **kwargs):
+    def __init__(self, *args, eps: float = 1e-6, normalize: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
         if eps < 0:
             raise ValueError(f"linear attention eps must be >= 0, got {eps}")
+        if not isinstance(normalize, bool):
+            raise ValueError(f"linear attention normalize must be true or false, got {normalize!r}")
         self.eps = float(eps)
+        self.normalize = normalize
 
     def forward(self, q, k, v, key_padding_mask=None):
         q, k, v = zero_padded_inputs(q, k, v, key_padding_mask)
@@ -59,9 +68,12 @@ class LinearAttention(AttentionBackend):
             if key_padding_mask is not None:
                 phi_k = torch.where(safe_key_mask(key_padding_mask)[:, None, :, None], phi_k, phi_k.new_zeros(()))
             kv = torch.matmul(phi_k.transpose(-2, -1), v.to(compute))  # (B, H, d, d_v)
-            denom = torch.matmul(phi_q, phi_k.sum(dim=2).unsqueeze(-1)) + self.eps  # (B, H, N, 1)
+            if self.normalize:
+                denom = torch.matmul(phi_q, phi_k.sum(dim=2).unsqueeze(-1)) + self.eps  # (B, H, N, 1)
+            else:
+                denom = math.sqrt(k.shape[-2])
             out = torch.matmul(phi_q, kv) / denom
         return zero_padded_outputs(out.to(v.dtype), key_padding_mask)
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + f", eps={self.eps}"
+        return super().extra_repr() + f", eps={self.eps}, normalize={self.normalize}"

@@ -17,7 +17,8 @@ the max over all real keys and features of that (batch, head); both constants ca
 added to every feature before the 1/sqrt(m) (performer_pytorch's softmax_kernel: ratio * (exp(...) + eps)), so
 denominators stay positive. Features and sums run in fp32 (fp64 for fp64 inputs) with autocast off.
 
-Options: `nb_features` m; `ortho`; `redraw_every` n: draw fresh features at the start of every n-th training forward
+Options: `nb_features` m; `ortho`; `pad_keys` ('excluded': padded keys get no weight; 'zeroed': as the reference code,
+see below); `redraw_every` n: draw fresh features at the start of every n-th training forward
 call, counting from the first (0 = never: keep the features drawn at construction); `kernel`: 'softmax' (FAVOR+) or
 'relu' (the "generalized attention" phi(x) = relu(W x) + 1e-3); `eps`. Features come from torch's global CPU RNG and
 live in a buffer (saved in checkpoints), so runs repeat under torch.manual_seed and eval is deterministic.
@@ -36,7 +37,9 @@ Defaults are the FlashAttention recipe's reference code (github.com/mlpen/Nystro
 Deviations kept: the reference divides q and k by d^(1/4) before softmax_kernel divides them by d^(1/4) again, so it
 estimates exp(q.k / d), not exp(q.k / sqrt(d)) (a constant factor the learned projections absorb; here `scale`,
 default 1/sqrt(d)); the key stabiliser there is the max over the whole batch (a constant that cancels); and padded keys
-there are zeroed before the feature map, so they keep eps-sized features in the denominator (here: none).
+there are zeroed before the feature map, so each keeps the features of a zero key, phi(0) (estimating exp(q.0) = 1),
+in the denominator, where here they get none. `pad_keys='zeroed'` with `scale=1/d` reproduces both (the default
+`pad_keys='excluded'` keeps the softmax-over-real-keys semantics of every exact backend).
 
 Padding: padded keys get phi(k) = 0 and are left out of the key stabiliser, so they get no weight at all. Padded
 query rows and rows with no real key are zero. There is no attention matrix, so there is no attention dropout: the
@@ -57,6 +60,7 @@ from attention_impls.masking import safe_key_mask, score_dtype, zero_padded_inpu
 from attention_impls.registry import register_backend
 
 _KERNELS = ("softmax", "relu")
+_PAD_KEYS = ("excluded", "zeroed")
 
 
 def gaussian_features(
@@ -78,7 +82,7 @@ def gaussian_features(
 @register_backend("performer")
 class PerformerAttention(AttentionBackend):
     """FAVOR+ random-feature attention. Options: nb_features=256, ortho=True, redraw_every=0, kernel='softmax',
-    eps=None (1e-4 for softmax, 1e-3 for relu)."""
+    eps=None (1e-4 for softmax, 1e-3 for relu), pad_keys='excluded' ('zeroed': the reference code's padded keys)."""
 
     capabilities = Capabilities(
         exact=False,
@@ -95,6 +99,7 @@ class PerformerAttention(AttentionBackend):
         redraw_every: int = 0,
         kernel: str = "softmax",
         eps: float | None = None,
+        pad_keys: str = "excluded",
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
@@ -107,7 +112,10 @@ class PerformerAttention(AttentionBackend):
         self.nb_features = int(nb_features)
         self.ortho = bool(ortho)
         self.redraw_every = int(redraw_every)
+        if pad_keys not in _PAD_KEYS:
+            raise ValueError(f"performer pad_keys must be one of {', '.join(_PAD_KEYS)}, got {pad_keys!r}")
         self.kernel = kernel
+        self.pad_keys = pad_keys
         self.eps = float(eps) if eps is not None else (1e-4 if kernel == "softmax" else 1e-3)
         if not self.eps > 0:
             raise ValueError(f"performer eps must be positive (it keeps denominators positive), got {eps}")
@@ -126,6 +134,8 @@ class PerformerAttention(AttentionBackend):
             self.training_calls += 1
         q, k, v = zero_padded_inputs(q, k, v, key_padding_mask)
         keys = safe_key_mask(key_padding_mask) if key_padding_mask is not None else None
+        if self.pad_keys == "zeroed":
+            keys = None  # padded keys are zero vectors now (values too): each keeps phi(0) in the denominator
         compute = score_dtype(q.dtype)
         with torch.autocast(device_type=q.device.type, enabled=False):
             w = self.features.to(compute)
@@ -162,5 +172,5 @@ class PerformerAttention(AttentionBackend):
     def extra_repr(self) -> str:
         return (
             super().extra_repr() + f", nb_features={self.nb_features}, ortho={self.ortho}, "
-            f"redraw_every={self.redraw_every}, kernel={self.kernel}, eps={self.eps}"
+            f"redraw_every={self.redraw_every}, kernel={self.kernel}, eps={self.eps}, pad_keys={self.pad_keys}"
         )

@@ -161,6 +161,27 @@ def test_linear_equals_its_explicit_formula(dtype, tol):
     assert rel_err(out, linear_reference(q, k, v, lengths)) < tol
 
 
+def test_linear_unnormalised_is_the_nystromformer_codes_formula():
+    """normalize=False: (elu(q)+1) N^-1/4 times ((elu(k)+1) N^-1/4 masked)^T (v masked), N the padded length."""
+    q, k, v = qkv()
+    lengths = [N, 9]
+    mask = right_padded_mask(lengths, N)
+    out = make("linear", normalize=False)(q, k, v, mask)
+    real = mask[:, None, :, None].double()
+    pq = (F.elu(q) + 1) / N**0.25
+    pk = (F.elu(k) + 1) * real / N**0.25
+    ref = torch.einsum("bhnd,bhmd,bhme->bhne", pq, pk, v * real) * real
+    assert rel_err(out, ref) < 1e-12
+    # padded keys are not excluded from the scale: the same real tokens at another padded length give another output
+    longer = make("linear", normalize=False)(*(F.pad(t, (0, 0, 0, 7)) for t in (q, k, v)), F.pad(mask, (0, 7)))
+    assert torch.allclose(longer[:, :, :N] * (N + 7) ** 0.5, out * N**0.5, atol=1e-12)
+
+
+def test_linear_rejects_a_normalize_that_is_not_a_bool():
+    with pytest.raises(ValueError, match="normalize must be true or false"):
+        make("linear", normalize="no")
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # performer
 
@@ -205,6 +226,28 @@ def test_performer_equals_its_formula_with_the_drawn_features(kernel):
         full = (pq @ (pk.transpose(-2, -1) @ v[b, :, :n_real])) / (pq @ pk.sum(dim=1)[..., None])
         ref[b, :, :n_real] = full[:, :n_real]
     assert rel_err(out, ref) < 5e-4  # the method's feature eps (1e-6 on stabilised features) is left out here
+
+
+def test_performer_zeroed_padded_keys_estimate_softmax_with_zero_keys_in_the_denominator():
+    """pad_keys='zeroed' (the reference code): each padded key acts as a key of zeros with a value of zeros, so the
+    estimate approaches exact softmax over real keys plus that many zero keys; the default excludes them."""
+    torch.manual_seed(1)
+    q, k, v = qkv(d=8, scale=0.3)
+    lengths = [N, 6]
+    mask = right_padded_mask(lengths, N)
+    real = mask[:, None, :, None].double()
+    zero_keys = reference_attention(q, k * real, v * real) * real  # no mask: padded keys are zero vectors
+    real_only = reference_attention(q, k, v, mask) * real
+    zeroed = make("performer", nb_features=8192, d=8, pad_keys="zeroed").eval()(q, k, v, mask)
+    excluded = make("performer", nb_features=8192, d=8).eval()(q, k, v, mask)
+    assert rel_err(zeroed, zero_keys) < 0.03
+    assert rel_err(excluded, real_only) < 0.03
+    assert rel_err(zero_keys, real_only) > 0.3  # the two semantics differ by far more than the estimator's error
+
+
+def test_performer_rejects_an_unknown_pad_keys():
+    with pytest.raises(ValueError, match="pad_keys must be one of excluded, zeroed"):
+        make("performer", pad_keys="masked")
 
 
 def test_performer_features_are_orthogonal_blocks_and_reproducible():
