@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# One device call of the open issues' H200 work (32, 34, 37), run from the repository root on the lent machine:
+#
+#     bash scripts/h200_session.sh PHASE LIMIT_S COMMIT
+#
+# PHASE  a: ListOps baselines (issue 34) while Pathfinder's data is drawn, then the in-flight Pathfinder runs (32)
+#        b: the in-flight Pathfinder runs to their end beside issue 37's Image lines (docs/image_fidelity.md)
+#        c: seeds 1-2 of the ListOps baselines that trained (issue 34)
+# LIMIT_S  wall seconds this call may use (keep it 40 s under the call's timeout: the archives are written after)
+# COMMIT   the commit being run (the copied .git is stale): goes into every record
+#
+# Image needs the CIFAR-10 archive: `mkdir -p .device && cp ../shared/data/cifar10_jpeg.tar.gz .device/` here, and
+# carry [".device"]. Runs live in /tmp/lra (kept while the machine stays warm; the next call must come within 30 s);
+# a bare machine restores the Pathfinder runs from leaderboard/in_flight. Everything comes back as $OUT/back.tgz:
+# the records (results/), the logs and the state of every unfinished Pathfinder run (after a call, unpack it and
+# replace the run folders under leaderboard/in_flight/pathfinder, then commit, before the next call copies the tree).
+set -uo pipefail
+PHASE=$1 LIMIT=$2
+export LRA_GIT_COMMIT=$3 PYTHONPATH=$PWD LRA_DATA=/tmp/lra/data LRA_RESULTS=/tmp/lra/results LRA_RUNS=/tmp/lra/runs
+export TORCHINDUCTOR_CACHE_DIR=/tmp/lra/inductor TRITON_CACHE_DIR=/tmp/lra/triton
+START=$(date +%s)
+LOGS=/tmp/lra/logs
+mkdir -p "$LOGS" "$LRA_RESULTS" "$LRA_RUNS/pathfinder"
+left() { echo $((LIMIT - ($(date +%s) - START))); }
+lra() { python3 -m lra "$@"; }
+PIDS=()
+bg() {  # bg NAME ARGS...: an `lra` command in the background, its output in $LOGS/NAME.log
+    local name=$1; shift
+    lra "$@" > "$LOGS/$name.log" 2>&1 & PIDS+=($!)
+}
+
+listops_run() {  # listops_run NAME BACKEND SEED [--set ...]
+    local name=$1 attn=$2 seed=$3; shift 3
+    bg "$name" run listops --attn "$attn" --preset fa-paper --seed "$seed" --time-limit "$(left)s" "$@"
+}
+
+pathfinder_resume() {  # every unfinished in-flight run, with the time left
+    for dir in leaderboard/in_flight/pathfinder/*/; do
+        local name; name=$(basename "$dir")
+        [ -d "$LRA_RUNS/pathfinder/$name" ] || cp -r "$dir" "$LRA_RUNS/pathfinder/"
+        [ -f "$LRA_RUNS/pathfinder/$name/summary.json" ] && continue
+        local seed=${name#*-s}; seed=${seed%%-*}
+        local attn=${name%%-fa-paper*}
+        bg "pf-$name" run pathfinder --attn "$attn" --preset fa-paper --seed "$seed" --resume \
+            --set data.black_padding=true --set model.pool=mean_all --set "attention.$attn.compact_padding=true" \
+            --out "$LRA_RUNS/pathfinder/$name" --time-limit "$(left)s"
+    done
+}
+
+image_lines() {  # docs/image_fidelity.md's run plan, 12,000 steps each
+    lra data prepare image --from .device/cifar10_jpeg.tar.gz > "$LOGS/prep-image.log" 2>&1
+    local s=(--preset fa-paper --seed 0 --set train.steps=12000 --time-limit "$(left)s")
+    local pad=(--set data.black_padding=true --set model.pool=mean_all)
+    bg img-l1 run image --attn sdpa_flash "${s[@]}" "${pad[@]}" --set train.schedule=onecycle --set train.amp=fp16
+    bg img-l2 run image --attn sdpa_flash "${s[@]}" "${pad[@]}"
+    bg img-l3 run image --attn flash "${s[@]}" --set train.amp=none --set attention.flash.allow_tf32=true
+    bg img-l4 run image --attn flash "${s[@]}" --set model.attention_dropout=0
+    bg img-l0 run image --attn sdpa_flash "${s[@]}"
+}
+
+case $PHASE in
+a)
+    lra data prepare listops --preset fa-paper --workers 16 > "$LOGS/prep-listops.log" 2>&1
+    for seed in 0 1 2; do listops_run "listops-reformer-s$seed" reformer "$seed"; done
+    listops_run listops-linear-unnormalised-s0 linear 0 --set attention.linear.normalize=false
+    listops_run listops-performer-zeroed-s0 performer 0 \
+        --set attention.performer.pad_keys=zeroed --set attention.performer.scale=0.03125
+    lra data prepare pathfinder --preset fa-paper --workers 12 > "$LOGS/prep-pathfinder.log" 2>&1
+    pathfinder_resume
+    ;;
+b)
+    lra data prepare pathfinder --preset fa-paper --workers 16 > "$LOGS/prep-pathfinder.log" 2>&1
+    pathfinder_resume
+    image_lines
+    ;;
+c)
+    lra data prepare listops --preset fa-paper --workers 16 > "$LOGS/prep-listops.log" 2>&1
+    for attn in smyrf bigbird sinkhorn longformer sparse_transformer local; do
+        for seed in 1 2; do listops_run "listops-$attn-s$seed" "$attn" "$seed"; done
+    done
+    listops_run listops-linformer-s2 linformer 2
+    ;;
+*)
+    echo "unknown phase $PHASE (a, b or c)" >&2
+    exit 2
+    ;;
+esac
+
+for pid in "${PIDS[@]}"; do wait "$pid"; done
+nvidia-smi --query-gpu=name --format=csv,noheader
+grep -H -E "record:|resume with|rror" "$LOGS"/*.log | tail -n 40
+find "$LRA_RUNS/pathfinder" -name summary.json -printf '%h\n' | xargs -r -I{} rm -f {}/last.pt
+tar -czf "$OUT/back.tgz" -C /tmp/lra results logs runs/pathfinder
+ls -la "$OUT"
