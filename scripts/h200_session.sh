@@ -6,6 +6,8 @@
 # PHASE  a: ListOps baselines (issue 34) while Pathfinder's data is drawn, then the in-flight Pathfinder runs (32)
 #        b: the in-flight Pathfinder runs to their end beside issue 37's Image lines (docs/image_fidelity.md)
 #        c: seeds 1-2 of the ListOps baselines that trained (issue 34)
+#        d: issue 34's speed table: `lra bench train --preset fa-paper --compile max --synthetic`, every baseline
+#           beside compiled naive, task by task while time is left (nystrom once more without its convolution)
 # LIMIT_S  wall seconds this call may use (keep it 40 s under the call's timeout: the archives are written after)
 # COMMIT   the commit being run (the copied .git is stale): goes into every record
 #
@@ -79,6 +81,18 @@ c)
         for seed in 1 2; do listops_run "listops-$attn-s$seed" "$attn" "$seed"; done
     done
     listops_run listops-linformer-s2 linformer 2
+    ;;
+d)
+    baselines=naive,linformer,linear,performer,local,reformer,smyrf,sparse_transformer,longformer,sinkhorn
+    baselines=$baselines,synthesizer,bigbird,nystrom
+    for task in listops text retrieval image pathfinder; do
+        [ "$(left)" -gt 120 ] || break
+        timeout "$(left)" python3 -m lra bench train "$task" --preset fa-paper --synthetic --compile max \
+            --attn "$baselines" > "$LOGS/bench-$task.log" 2>&1
+    done
+    [ "$(left)" -gt 60 ] && timeout "$(left)" python3 -m lra bench train listops --preset fa-paper --synthetic \
+        --compile max --attn linformer,nystrom --set attention.nystrom.conv_kernel_size=null \
+        > "$LOGS/bench-listops-nystrom-noconv.log" 2>&1
     ;;
 *)
     echo "unknown phase $PHASE (a, b or c)" >&2
