@@ -16,8 +16,8 @@ Sources. The FlashAttention paper's "Local Attention" row is not in its recipe's
 has no local attention); its authors' LRA baselines code, HazyResearch/fly, has it: src/models/attention/
 local_attention.py, a sliding band |i - j| < local_context / 2 with attention dropout, and configs/experiment/lra/
 <task>/local.yaml: local_context 64 for text, image and pathfinder, 128 for listops, 256 for retrieval, attention
-dropout 0.1. Defaults here: mode 'sliding', window 64 (the three tasks' value; `--set attention.local.window=128`
-for ListOps' and 256 for Retrieval's; here |i - j| <= window // 2 keeps window + 1 keys to fly's window). The LRA
+dropout 0.1. Defaults here: mode 'sliding', window 64 (the three tasks' value; the fa-paper presets of ListOps
+and Retrieval set fly's 128 and 256; here |i - j| <= window // 2 keeps window + 1 keys to fly's window). The LRA
 paper's row is the LRA repo's lra_benchmarks/models/local/local.py: non-overlapping blocks of block_size=50 (the
 encoder's default, never overridden by its configs), attention dropout applied (`attention: {local: {mode: blocked,
 window: 50}}`).

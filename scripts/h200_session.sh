@@ -10,6 +10,7 @@
 #           beside compiled naive, task by task while time is left (nystrom once more without its convolution)
 # LIMIT_S  wall seconds this call may use (keep it 40 s under the call's timeout: the archives are written after)
 # COMMIT   the commit being run (the copied .git is stale): goes into every record
+# PRESET=tiny in the environment (with DEVICE=cpu) dry-runs phases c and d on a CPU, to check the script itself.
 #
 # Image needs the CIFAR-10 archive: `mkdir -p .device && cp ../shared/data/cifar10_jpeg.tar.gz .device/` here, and
 # carry [".device"]. Runs live in /tmp/lra (kept while the machine stays warm; the next call must come within 30 s);
@@ -20,6 +21,7 @@ set -uo pipefail
 PHASE=$1 LIMIT=$2
 export LRA_GIT_COMMIT=$3 PYTHONPATH=$PWD LRA_DATA=/tmp/lra/data LRA_RESULTS=/tmp/lra/results LRA_RUNS=/tmp/lra/runs
 export TORCHINDUCTOR_CACHE_DIR=/tmp/lra/inductor TRITON_CACHE_DIR=/tmp/lra/triton
+PRESET=${PRESET:-fa-paper} DEVICE=${DEVICE:-cuda} OUT=${OUT:?set OUT to the folder that comes back}
 START=$(date +%s)
 LOGS=/tmp/lra/logs
 mkdir -p "$LOGS" "$LRA_RESULTS" "$LRA_RUNS/pathfinder"
@@ -33,7 +35,7 @@ bg() {  # bg NAME ARGS...: an `lra` command in the background, its output in $LO
 
 listops_run() {  # listops_run NAME BACKEND SEED [--set ...]
     local name=$1 attn=$2 seed=$3; shift 3
-    bg "$name" run listops --attn "$attn" --preset fa-paper --seed "$seed" --time-limit "$(left)s" "$@"
+    bg "$name" run listops --attn "$attn" --preset "$PRESET" --device "$DEVICE" --seed "$seed" --time-limit "$(left)s" "$@"
 }
 
 pathfinder_resume() {  # every unfinished in-flight run, with the time left
@@ -76,7 +78,7 @@ b)
     image_lines
     ;;
 c)
-    lra data prepare listops --preset fa-paper --workers 16 > "$LOGS/prep-listops.log" 2>&1
+    lra data prepare listops --preset "$PRESET" --workers 16 > "$LOGS/prep-listops.log" 2>&1
     for attn in smyrf bigbird sinkhorn longformer sparse_transformer local; do
         for seed in 1 2; do listops_run "listops-$attn-s$seed" "$attn" "$seed"; done
     done
@@ -87,7 +89,7 @@ d)
     baselines=$baselines,synthesizer,bigbird,nystrom
     for task in listops text retrieval image pathfinder; do
         [ "$(left)" -gt 120 ] || break
-        timeout "$(left)" python3 -m lra bench train "$task" --preset fa-paper --synthetic --compile max \
+        timeout "$(left)" python3 -m lra bench train "$task" --preset "$PRESET" --device "$DEVICE" --synthetic --compile max \
             --attn "$baselines" > "$LOGS/bench-$task.log" 2>&1
     done
     [ "$(left)" -gt 60 ] && timeout "$(left)" python3 -m lra bench train listops --preset fa-paper --synthetic \

@@ -43,19 +43,19 @@ def options(tmp_path, **kw) -> CampaignOptions:
 
 
 def test_the_curriculum_chain_comes_from_the_presets():
-    stages = plan_stages("path-x", preset="curriculum", seed=3, overrides=["path-x:train.steps=100"])
+    stages = plan_stages("path-x", attn="flash", preset="curriculum", seed=3, overrides=["path-x:train.steps=100"])
     assert [(s.task, s.init_from) for s in stages] == [("pathfinder", None), ("path-64", "pathfinder"),
                                                       ("path-x", "path-64")]  # fmt: skip
     assert [s.steps for s in stages][-1] == 100 and all(s.config.train.seed == 3 for s in stages)
     model = stages[0].config.model
     assert (model.layers, model.dim, model.heads, model.pos_emb) == (4, 32, 4, "learned")
-    assert [s.task for s in plan_stages("path-256", preset="curriculum", seed=0, overrides=[])] == [
+    assert [s.task for s in plan_stages("path-256", attn="flash", preset="curriculum", seed=0, overrides=[])] == [
         "pathfinder", "path-64", "path-256"]  # fmt: skip
     assert split_sets(["a.b=1", "path-x:c.d=2"]) == (["a.b=1"], {"path-x": ["c.d=2"]})
     with pytest.raises(ConfigError, match="builds another model"):
-        plan_stages("path-x", preset="curriculum", seed=0, overrides=["path-x:model.layers=2"])
+        plan_stages("path-x", attn="flash", preset="curriculum", seed=0, overrides=["path-x:model.layers=2"])
     with pytest.raises(ConfigError, match="no stage of this campaign"):
-        plan_stages("path-x", preset="curriculum", seed=0, overrides=["path-256:train.steps=5"])
+        plan_stages("path-x", attn="flash", preset="curriculum", seed=0, overrides=["path-256:train.steps=5"])
 
 
 def test_a_campaign_stops_on_time_resumes_and_moves_on_with_positions_upsampled(tmp_path, capsys):

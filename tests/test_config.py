@@ -204,3 +204,32 @@ def test_embed_std_sets_the_token_embeddings_init(tmp_path, std):
     weight = encoder.embed.weight.detach()
     assert torch.all(weight[0] == 0)  # the padding token stays zero
     assert weight[1:].std().item() == pytest.approx(std, rel=0.02)  # 127,936 draws: std within ~0.4%
+
+
+def test_a_run_sees_and_hashes_only_its_own_backends_attention_block(tmp_path):
+    """A preset or --set that gives one backend options (ListOps' local window) leaves every other backend's run
+    config, and so its hash and its place in the leaderboard, as it was."""
+    path = toy_config_path(tmp_path)
+    plain = load_config(path)
+    both = load_config(path, None, ["attention.local.window=8", "attention.naive.scale=0.5"])
+    assert both.for_backend("local").to_dict()["attention"] == {"local": {"window": 8}}
+    assert both.for_backend("flash").to_dict()["attention"] == {}
+    assert config_hash(both.for_backend("flash")) == config_hash(plain.for_backend("flash")) == config_hash(plain)
+    assert config_hash(both.for_backend("local")) != config_hash(plain.for_backend("local"))
+    assert config_hash(both.for_backend("naive")) != config_hash(both.for_backend("local"))
+
+
+def test_a_sweep_cell_and_its_run_record_share_the_backend_only_hash(tmp_path):
+    from lra.sweep.grid import build_grid
+    from lra.train.run import train
+
+    sets = ["attention.local.window=8", "train.steps=2", "train.eval_every=2"]
+    (cell,) = build_grid(tasks=[toy_config_path(tmp_path)], attns=["naive"], seeds=[0], presets=["default"],
+                         overrides=sets, root=tmp_path / "sweeps")  # fmt: skip
+    summary = train(load_config(toy_config_path(tmp_path), None, sets), "naive", device="cpu", out_dir=tmp_path / "r")
+    assert summary["config"]["attention"] == {}
+    assert (
+        summary["config_hash"]
+        == cell.config_hash
+        == config_hash(load_config(toy_config_path(tmp_path), None, sets[1:]))
+    )

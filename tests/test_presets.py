@@ -115,3 +115,30 @@ def test_path_x_and_256_start_from_the_path_64_model(task):
     assert model == load_config("path-64", "fa-paper").model
     pathfinder = load_config("pathfinder").model
     assert dataclasses.replace(model, pos_emb="-") == dataclasses.replace(pathfinder, pos_emb="-")
+
+
+@pytest.mark.parametrize("task, window", [("listops", 128), ("retrieval", 256), ("text", None), ("image", None)])
+def test_fa_paper_local_window_is_the_fly_configs_and_no_other_backend_sees_it(task, window):
+    """HazyResearch/fly's LRA local.yaml (the paper's Local row): local_context 128 for ListOps, 256 for Retrieval,
+    the backend's default 64 elsewhere; flash's config (and hash) carries no local block."""
+    config = load_config(task, "fa-paper")
+    assert config.options_of("local") == ({"window": window} if window else {})
+    assert config.for_backend("flash").to_dict()["attention"] == {}
+
+
+def test_the_curated_fa_paper_listops_records_keep_their_hashes_except_locals_window_64_run():
+    import json
+    from pathlib import Path
+
+    from lra.train.config import config_hash
+
+    same, other = set(), set()
+    for path in sorted(
+        (Path(__file__).resolve().parents[1] / "leaderboard" / "results").glob("run__listops__*__fa-paper__s*.json")
+    ):
+        record = json.loads(path.read_text())
+        seed = record["config"]["train"]["seed"]
+        config = load_config("listops", "fa-paper", [f"train.seed={seed}"]).for_backend(record["backend"])
+        (same if config_hash(config) == record["config_hash"] else other).add(record["backend"])
+    assert {"flash", "block_sparse_flash", "naive", "sdpa_flash", "linformer", "smyrf"} <= same
+    assert "local" in other and "local" not in same  # its one run had window 64: kept apart as other settings

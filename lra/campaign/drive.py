@@ -82,7 +82,9 @@ def owned(state: Path) -> Iterator[None]:
 
 def run_campaign(opts: CampaignOptions, budget: TimeBudget | None = None) -> dict[str, Any]:
     """Carry the campaign one session further; returns the ledger as written."""
-    stages = plan_stages(opts.target, preset=opts.preset, seed=opts.seed, overrides=list(opts.overrides))
+    stages = plan_stages(
+        opts.target, attn=opts.attn, preset=opts.preset, seed=opts.seed, overrides=list(opts.overrides)
+    )
     state = opts.state
     state.mkdir(parents=True, exist_ok=True)
     with owned(state):

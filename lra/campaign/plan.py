@@ -50,9 +50,9 @@ def split_sets(items: list[str]) -> tuple[list[str], dict[str, list[str]]]:
     return common, per_stage
 
 
-def plan_stages(target: str, *, preset: str, seed: int, overrides: list[str]) -> list[Stage]:
+def plan_stages(target: str, *, attn: str, preset: str, seed: int, overrides: list[str]) -> list[Stage]:
     """The stages that lead to `target`, first stage first, each resolved with `preset`, `seed` and `overrides`
-    (`--set` values: 'KEY=VALUE' for every stage, 'TASK:KEY=VALUE' for one)."""
+    (`--set` values: 'KEY=VALUE' for every stage, 'TASK:KEY=VALUE' for one), as a run of `attn` sees it."""
     common, per_stage = split_sets(overrides)
     chain: list[tuple[str, RunConfig]] = []
     task: str | None = target
@@ -64,7 +64,7 @@ def plan_stages(target: str, *, preset: str, seed: int, overrides: list[str]) ->
             raise ConfigError(f"campaign {target}: {where} names {task!r}, which is no task; known: "
                               f"{', '.join(available_configs())}")  # fmt: skip
         config = load_config(task, preset, [*common, *per_stage.get(task, []), f"train.seed={seed}"])
-        chain.append((task, config))
+        chain.append((task, config.for_backend(attn)))
         task = config.train.init_from
         if len(chain) > MAX_STAGES:
             raise ConfigError(f"campaign {target}: more than {MAX_STAGES} stages; check the train.init_from chain")

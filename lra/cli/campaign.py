@@ -77,7 +77,9 @@ def show_plan(opts) -> int:
     from lra.campaign.plan import plan_stages
     from lra.core.progress import out
 
-    stages = plan_stages(opts.target, preset=opts.preset, seed=opts.seed, overrides=list(opts.overrides))
+    stages = plan_stages(
+        opts.target, attn=opts.attn, preset=opts.preset, seed=opts.seed, overrides=list(opts.overrides)
+    )
     ledger = read_ledger(opts.state) if opts.state.is_dir() else None
     for s in stages:
         entry = (ledger or {}).get("stages", {}).get(s.task, {})

@@ -169,12 +169,14 @@ def _check_agree(recs: list[dict[str, Any]]) -> None:
 
 
 @functools.cache
-def _current_config(task: str, preset: str) -> str | None:
+def _current_config(task: str, preset: str, backend: str) -> str | None:
+    """The seed-free config that a run of `backend` on `task` and `preset` would have now (its own attention block
+    only, as runs store it)."""
     from lra.core.errors import LraError
     from lra.train.config import load_config
 
     try:
-        config = load_config(task, None if preset == "default" else preset)
+        config = load_config(task, None if preset == "default" else preset).for_backend(backend)
     except (LraError, KeyError, ValueError):
         return None
     return json.dumps(seed_free_config(config), sort_keys=True, default=str)
@@ -185,13 +187,13 @@ def is_canonical(rec: dict[str, Any]) -> bool:
     config = rec.get("config")
     if not isinstance(config, dict) or not rec.get("task"):
         return False
-    current = _current_config(rec["task"], rec.get("preset") or "default")
+    current = _current_config(rec["task"], rec.get("preset") or "default", rec.get("backend") or "")
     return current == json.dumps(seed_free_config(config), sort_keys=True, default=str)
 
 
 def config_changes(rec: dict[str, Any], limit: int = 3) -> str:
     """The settings where a run's config differs from the current one of its preset ('train.steps=200, ...')."""
-    current = _current_config(rec.get("task", ""), rec.get("preset") or "default")
+    current = _current_config(rec.get("task", ""), rec.get("preset") or "default", rec.get("backend") or "")
     if current is None:
         return "preset not in configs/"
     ours, now = flat_settings(seed_free_config(rec.get("config") or {})), flat_settings(json.loads(current))

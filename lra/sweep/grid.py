@@ -139,7 +139,7 @@ def build_grid(
                             tuple(overrides),
                             run_dir,
                             config.train.steps,
-                            config_hash(config),
+                            config_hash(config.for_backend(attn)),
                         )  # fmt: skip
                     )
     return runs

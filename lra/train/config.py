@@ -201,6 +201,13 @@ class RunConfig:
         """The `attention: {backend: {...}}` options of `backend` ({} when the config sets none)."""
         return thaw(self.attention.get(backend) or {})
 
+    def for_backend(self, backend: str) -> RunConfig:
+        """This config as a run of `backend` sees it: the `attention:` blocks of other backends left out, so a preset
+        that sets one backend's options (ListOps' local window, say) leaves every other backend's config hash as it
+        was. Every run, sweep cell and campaign stage stores and hashes this form."""
+        own = {backend: self.attention[backend]} if backend in self.attention else {}
+        return dataclasses.replace(self, attention=freeze(thaw(own)))
+
     def with_settings(self, overrides: Sequence[str] = (), *, overlay: dict[str, Any] | None = None) -> RunConfig:
         """A variant of this config, built before it is checked as any config is: `--set`-style `overrides`
         ('train.seed=1') and a nested `overlay` ({"attention": {"flash": {"block_m": 64}}}) applied in that order."""

@@ -90,6 +90,7 @@ def train(
     directory; a campaign names its state folder).
     """
     dev = resolve_device(device)
+    config = config.for_backend(backend)
     gate(config, backend, dev, world_size=dist.world_size(), data_dir=data_dir)
     if not resume and out_dir is not None:
         rundir.check_unused(out_dir)
