@@ -30,7 +30,7 @@ def run_record(task, backend, acc, seed=0, preset="default", overrides=(), histo
         "device": "cpu",
         "steps": config.train.steps,
         "metrics": {**base, **metrics},
-        "config": config.to_dict(),
+        "config": config.for_backend(backend).to_dict(),
         **({"history": history} if history is not None else {}),
     }
 
