@@ -8,9 +8,13 @@
 #        c: seeds 1-2 of the ListOps baselines that trained (issue 34)
 #        d: issue 34's speed table: `lra bench train --preset fa-paper --compile max --synthetic`, every baseline
 #           beside compiled naive, task by task while time is left (nystrom once more without its convolution)
+#        e: issue 36: the packed curriculum's step times (`lra bench train TASK --preset curriculum`, flash and
+#           block_sparse_flash, on 4,096 real images of each size), then `lra campaign path-x` (block_sparse_flash)
+#           from the state in campaigns/path-x-bsf (or a new one) with the time left; its state comes back too
 # LIMIT_S  wall seconds this call may use (keep it 40 s under the call's timeout: the archives are written after)
 # COMMIT   the commit being run (the copied .git is stale): goes into every record
-# PRESET=tiny in the environment (with DEVICE=cpu) dry-runs phases c and d on a CPU, to check the script itself.
+# PRESET=tiny in the environment (with DEVICE=cpu) dry-runs phases c and d on a CPU, to check the script itself;
+# phase e with DEVICE=cpu ATTN=naive BENCH=naive SMALL="--set train.batch_size=8 --set data.num_train=32 ...".
 #
 # Image needs the CIFAR-10 archive: `mkdir -p .device && cp ../shared/data/cifar10_jpeg.tar.gz .device/` here, and
 # carry [".device"]. Runs live in /tmp/lra (kept while the machine stays warm; the next call must come within 30 s);
@@ -96,8 +100,23 @@ d)
         --compile max --attn linformer,nystrom --set attention.nystrom.conv_kernel_size=null \
         > "$LOGS/bench-listops-nystrom-noconv.log" 2>&1
     ;;
+e)
+    # shellcheck disable=SC2206
+    small=(--set data.num_train=4096 --set data.num_val=512 --set data.num_test=512 ${SMALL:-})
+    for task in path-x path-64 path-256; do
+        [ "$(left)" -gt 240 ] || break
+        lra data prepare "$task" --preset curriculum "${small[@]}" --workers 16 > "$LOGS/prep-$task-small.log" 2>&1
+        timeout "$(left)" python3 -m lra bench train "$task" --preset curriculum --device "$DEVICE" --compile max \
+            --attn "${BENCH:-flash,block_sparse_flash}" --steps 10 --warmup 3 "${small[@]}" > "$LOGS/bench-packed-$task.log" 2>&1
+    done
+    mkdir -p /tmp/lra/campaigns
+    [ -d /tmp/lra/campaigns/path-x-bsf ] || { [ -d campaigns/path-x-bsf ] && cp -r campaigns/path-x-bsf /tmp/lra/campaigns/; }
+    # shellcheck disable=SC2086
+    [ "$(left)" -gt 120 ] && python3 -m lra campaign path-x --attn "${ATTN:-block_sparse_flash}" --state /tmp/lra/campaigns/path-x-bsf \
+        --device "$DEVICE" --workers 16 --time-limit "$(($(left) - 30))s" ${SMALL:-} > "$LOGS/campaign-path-x-bsf.log" 2>&1
+    ;;
 *)
-    echo "unknown phase $PHASE (a, b or c)" >&2
+    echo "unknown phase $PHASE (a, b, c, d or e)" >&2
     exit 2
     ;;
 esac
@@ -106,5 +125,5 @@ for pid in "${PIDS[@]}"; do wait "$pid"; done
 nvidia-smi --query-gpu=name --format=csv,noheader
 grep -H -E "record:|resume with|rror" "$LOGS"/*.log | tail -n 40
 find "$LRA_RUNS/pathfinder" -name summary.json -printf '%h\n' | xargs -r -I{} rm -f {}/last.pt
-tar -czf "$OUT/back.tgz" -C /tmp/lra results logs runs/pathfinder
+tar -czf "$OUT/back.tgz" --exclude='*.lock' -C /tmp/lra results logs runs/pathfinder $(cd /tmp/lra && ls -d campaigns 2>/dev/null)
 ls -la "$OUT"

@@ -31,7 +31,7 @@ from lra.train import distributed as dist
 from lra.train.compiled import resolve_mode
 from lra.train.config import RunConfig, load_config
 from lra.train.device import resolve_device
-from lra.train.feed import Feed, TrainBatches, place_split
+from lra.train.feed import Feed, TrainBatches, pack_length_for, place_split
 from lra.train.gate import gate
 from lra.train.trainer import Trainer, build_trainer
 from tasks import build_task
@@ -100,15 +100,17 @@ def bench_train(
             split = _synthetic_split(task, cfg) if synthetic else task.load("train")
             feed = place_split(split, dev, placement=cfg.train.data_placement, pair=task.pair,
                                vocab_size=task.vocab_size)  # fmt: skip
+            pack = pack_length_for([split], task.seq_len) if cfg.model.pack_tokens else 0
             for backend in backends:
                 progress.update(bar, description=f"bench train {task_name} N={task.seq_len} {backend}")
                 for mode in compile_modes or default_modes(cfg, dev):
                     mode_cfg = cfg.with_settings([f"train.compile={mode}"])
-                    reason = _refusal(cfg, backend, dev, data_dir)
+                    reason = _refusal(cfg, backend, dev, data_dir, pack_length=pack or None)
                     if reason:
                         outcome = _failed(f"unsupported: {reason}", mode, dev)
                     else:
-                        outcome = _measure(mode_cfg, task, feed, backend, dev, steps=steps, warmup=warmup)
+                        timing = {"steps": steps, "warmup": warmup, "pack_length": pack}
+                        outcome = _measure(mode_cfg, task, feed, backend, dev, **timing)
                     setup = _setup(mode_cfg, task, backend, synthetic=synthetic, timed_steps=steps)
                     rec = bench_train_record(**setup, data_on_device=feed.resident, **outcome, env=env)
                     records.append(rec)
@@ -121,10 +123,12 @@ def bench_train(
     return records
 
 
-def _refusal(cfg: RunConfig, backend: str, dev: torch.device, data_dir: str | None) -> str | None:
+def _refusal(
+    cfg: RunConfig, backend: str, dev: torch.device, data_dir: str | None, pack_length: int | None = None
+) -> str | None:
     """Why the run's gate refuses `backend` here (a bench row says so instead of stopping), or None."""
     try:
-        gate(cfg, backend, dev, world_size=dist.world_size(), data_dir=data_dir)
+        gate(cfg, backend, dev, world_size=dist.world_size(), data_dir=data_dir, pack_length=pack_length)
     except (ConfigError, RunSetupError) as e:
         return str(e)
     return None
@@ -176,9 +180,11 @@ def _synthetic_split(task: Task, cfg: RunConfig) -> Split:
     return Split(rng.integers(1, task.vocab_size, size=shape), rng.integers(0, task.num_classes, size=n))
 
 
-def _measure(cfg, task: Task, feed: Feed, backend: str, dev: torch.device, *, steps: int, warmup: int) -> dict:
+def _measure(
+    cfg, task: Task, feed: Feed, backend: str, dev: torch.device, *, steps: int, warmup: int, pack_length: int = 0
+) -> dict:
     """Time `steps` steps after `warmup`: the record's status ("ok" with metrics, "oom", or "unsupported: why"),
-    compile, attention_dropout_applied and metrics.
+    compile, attention_dropout_applied and metrics (`pack_length`: model.pack_tokens' width, 0 when off).
 
     The first step holds compilation (and CUDA-graph recording follows in the next ones): `compile_s` is the first
     step's time minus a steady step's, `first_step_ms` the first step itself.
@@ -186,7 +192,7 @@ def _measure(cfg, task: Task, feed: Feed, backend: str, dev: torch.device, *, st
     t = cfg.train
     trainer = batches = None
     try:
-        trainer = build_trainer(cfg, task, backend, dev)
+        trainer = build_trainer(cfg, task, backend, dev, pack_length=pack_length)
         batches = TrainBatches(feed, batch_size=t.batch_size, seed=t.seed, rank=dist.rank(),
                                world=dist.world_size())  # fmt: skip
         if dev.type == "cuda":
@@ -207,6 +213,7 @@ def _measure(cfg, task: Task, feed: Feed, backend: str, dev: torch.device, *, st
                 "ms_spread": [min(times[warmup:]), max(times[warmup:])],
                 "first_step_ms": times[0],
                 "compile_s": max(times[0] - ms, 0.0) / 1e3,
+                **({"pack_length": pack_length} if pack_length else {}),
             },
         }
     except (ValueError, NotImplementedError) as e:  # a backend that refuses this config at build or forward time

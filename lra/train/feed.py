@@ -14,6 +14,7 @@ for the device to find out.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -154,6 +155,28 @@ def _tokens_to_device(split: Split, device: torch.device, vocab_size: int) -> tu
         padding[start : start + len(chunk)] = (chunk == 0).any(axis=-1).reshape(len(chunk), -1)
         out[start : start + len(chunk)].copy_(torch.from_numpy(chunk.astype(np_type)))
     return out, padding
+
+
+PACK_MULTIPLE = 64  # pack lengths are rounded up to this: one compiled shape for data of about the same size
+
+
+def longest_real(split: Split) -> int:
+    """The most real (non-zero) tokens any example of `split` has in one document, read in chunks (a memory-mapped
+    cache is never loaded whole)."""
+    tokens = split.tokens
+    rows = max(1, CHUNK_ELEMENTS // max(1, int(np.prod(tokens.shape[1:]))))
+    longest = 0
+    for start in range(0, len(tokens), rows):
+        chunk = np.asarray(tokens[start : start + rows])
+        longest = max(longest, int((chunk != 0).sum(-1).max(initial=0)))
+    return longest
+
+
+def pack_length_for(splits: Iterable[Split], seq_len: int) -> int:
+    """model.pack_tokens' packed width for a run over `splits`: their longest real count rounded up to PACK_MULTIPLE
+    (at most `seq_len`), so that no example loses a token (lra.model.pack_real)."""
+    longest = max((longest_real(s) for s in splits), default=0)
+    return min(seq_len, max(PACK_MULTIPLE, -(-longest // PACK_MULTIPLE) * PACK_MULTIPLE))
 
 
 def split_bytes(split: Split, vocab_size: int) -> int:

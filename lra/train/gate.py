@@ -37,19 +37,32 @@ class RunPlan:
     attention_dropout: float
 
 
-def gate(config: RunConfig, backend: str, device: str | torch.device, *, world_size: int = 1, data_dir=None) -> RunPlan:
+def gate(
+    config: RunConfig,
+    backend: str,
+    device: str | torch.device,
+    *,
+    world_size: int = 1,
+    data_dir=None,
+    pack_length: int | None = None,
+) -> RunPlan:
     """The plan of `config` trained with `backend` on `device` in `world_size` processes, or the one reason it
-    cannot run (a ConfigError or RunSetupError that says what would)."""
+    cannot run (a ConfigError or RunSetupError that says what would).
+
+    Under model.pack_tokens the attention's length is the pack length, which only the data tells: the N x N check
+    waits for it (`pack_length`, given once the data is read), and padding inside a sequence never reaches the
+    backend (packing gathers it out)."""
     caps = BACKENDS.get(backend).capabilities  # an unknown name fails here, naming the closest
     m = config.model
     per_rank = rank_batch(config.train.batch_size, world_size)
     reason = why_cannot_run(backend, device, None, m.resolved_head_dim, dropout=m.attention_dropout)
-    pads_inside = TASKS.get(config.task).pads_inside(config.data)
+    pads_inside = TASKS.get(config.task).pads_inside(config.data) and not m.pack_tokens
     reason = reason or mask_refusal(backend, pads_inside, config.options_of(backend))
     seq_len = build_task(config.task, data_dir=data_dir, **config.data).seq_len  # no data is read
     lower = "train.batch_size or data.max_length"
-    shape = {"batch": max(1, per_rank), "heads": m.heads, "seq_len": seq_len}
-    reason = reason or scores_too_big(backend, **shape, device=device, lower=lower)
+    shape = {"batch": max(1, per_rank), "heads": m.heads, "seq_len": pack_length or seq_len}
+    if not m.pack_tokens or pack_length:
+        reason = reason or scores_too_big(backend, **shape, device=device, lower=lower)
     if reason:
         raise RunSetupError(reason)
     applied = m.attention_dropout if caps.dropout else 0.0

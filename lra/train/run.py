@@ -37,7 +37,7 @@ from lra.train.config import RunConfig, config_hash
 from lra.train.datahash import check_same_data, data_hashes
 from lra.train.device import resolve_device
 from lra.train.display import Throughput, Window, stats_text, train_progress
-from lra.train.feed import Feed, TrainBatches, place_split
+from lra.train.feed import Feed, TrainBatches, pack_length_for, place_split
 from lra.train.gate import gate
 from lra.train.pace import loop_pace
 from lra.train.trainer import Trainer, build_trainer
@@ -125,7 +125,10 @@ def _train(
     resume = run_dir is not None
     task = build_task(config.task, data_dir=data_dir, **config.data)
     splits = {name: task.load(name) for name in SPLITS}
-    trainer = build_trainer(config, task, backend, dev, cpu_amp=cpu_amp)
+    pack = pack_length_for(splits.values(), task.seq_len) if config.model.pack_tokens else 0
+    if pack:  # the N x N check at the packed length, now that the data gave it
+        gate(config, backend, dev, world_size=dist.world_size(), data_dir=data_dir, pack_length=pack)
+    trainer = build_trainer(config, task, backend, dev, cpu_amp=cpu_amp, pack_length=pack)
     feeds = place_splits(splits, task, dev, config.train.data_placement)
     chash = config_hash(config)
     hashes = data_hashes(splits)
@@ -140,6 +143,7 @@ def _train(
         payload |= {"world_size": dist.world_size(), "data_hashes": hashes}
         run_dir = rundir.on_main(rundir.create, config, backend, payload, **where)
     parts = {"task": task, "splits": splits, "feeds": feeds, "trainer": trainer, "run_dir": run_dir, "state": state}
+    parts |= {"pack_length": pack}
     run = _Run(config, backend, **parts, on_eval=on_eval, time_budget=time_budget, started=started)
     run.announce(resume)
     try:
@@ -200,8 +204,10 @@ class _Run:
         on_eval: OnEval | None,
         time_budget: TimeBudget | None = None,
         started: float | None = None,
+        pack_length: int = 0,
     ) -> None:
         self.config, self.t, self.backend = config, config.train, backend
+        self.pack_length = pack_length
         self.task, self.splits, self.feeds, self.trainer = task, splits, feeds, trainer
         where = {"rank": dist.rank(), "world": dist.world_size()}
         self.batches = TrainBatches(feeds["train"], batch_size=self.t.batch_size, seed=self.t.seed, **where)
@@ -225,6 +231,12 @@ class _Run:
         on_device = [name for name, feed in self.feeds.items() if feed.resident]
         data = f"data on the device: {', '.join(on_device)}" if on_device else "data read on the host"
         console.print(f"compile: {self.trainer.loss.mode}; {data}", highlight=False)
+        if self.pack_length:
+            console.print(
+                f"packed tokens: the encoder runs on each sequence's real tokens, {self.pack_length:,} slots of "
+                f"{self.task.seq_len:,} (model.pack_tokens)",
+                highlight=False,
+            )
         for note in dropout_notes(self.trainer.model):
             console.print(f"note: {note}", highlight=False)
         if resumed:
@@ -378,6 +390,8 @@ class _Run:
             "time_to_acc_s": dict(state.thresholds),
             "majority_acc": majority(self.splits["test"].labels),
         }
+        if self.pack_length:
+            metrics["pack_length"] = self.pack_length  # the encoder's width under model.pack_tokens
         return run_record(
             task=self.config.task,
             backend=self.backend,

@@ -139,6 +139,9 @@ class ModelSettings:
     classifier_dim: int | None = setting(
         None, Setting("int", low=1, optional=True), "hidden width of the classifier MLP; null: mlp_dim"
     )
+    pack_tokens: bool = setting(
+        False, Setting("bool"), "run the encoder on each sequence's real tokens only (exact; lra/model.py)", since=True
+    )
 
     @property
     def resolved_head_dim(self) -> int:

@@ -221,16 +221,24 @@ def dropout_field(model: torch.nn.Module) -> dict[str, bool]:
 
 
 def build_trainer(
-    config: RunConfig, task: Task, backend: str, device: torch.device, *, cpu_amp: bool = False
+    config: RunConfig,
+    task: Task,
+    backend: str,
+    device: torch.device,
+    *,
+    cpu_amp: bool = False,
+    pack_length: int = 0,
 ) -> Trainer:
     """The trainer for a resolved config, a task's shape and an attention backend.
 
     The initial weights are a function of train.seed alone, so every rank of a data-parallel run builds the same
-    model; `cpu_amp` makes train.amp apply on the CPU too.
+    model; `cpu_amp` makes train.amp apply on the CPU too; `pack_length`: model.pack_tokens' packed width, from the
+    data the trainer will see (lra.train.feed.pack_length_for).
     """
     t = config.train
     torch.manual_seed(t.seed)
     shape = dict(vocab_size=task.vocab_size, seq_len=task.seq_len, num_classes=task.num_classes, pair=task.pair)
+    shape |= {"pack_length": pack_length}
     model = build_model(config, backend, **shape).to(device)
     autocast = autocast_dtype(device, t.amp, cpu_amp=cpu_amp)
     mode = resolve_mode(t.compile, device)
