@@ -119,3 +119,26 @@ def test_auto_placement_keeps_small_splits_on_the_gpu_but_not_drawn_ones():
     assert place_split(small, CUDA, placement="auto", pair=False, vocab_size=257).resident
     drawn = Split(PixelTokens(LazyImages(32, 14, "train", 0, 0, 100)), np.zeros(100))  # cache: false
     assert not place_split(drawn, CUDA, placement="auto", pair=False, vocab_size=257).resident
+
+
+@pytest.mark.parametrize("backend", ["flash", "block_sparse_flash"])
+def test_packed_steps_compile_with_cuda_graphs_and_follow_eager(backend):
+    """model.pack_tokens on holey sequences (padding inside, as Pathfinder's black pixels): the compiled step
+    (CUDA graphs, the device-side check of the pack) draws eager's dropout masks; nothing is skipped."""
+    sets = [*SETS, "train.amp=bf16", "model.pack_tokens=true", "model.pool=mean_all"]
+    cfg = load_config("listops", "tiny", sets)
+    task = build_task(cfg.task, **cfg.data)
+    rng = np.random.default_rng(TEST_SEED)
+    batches = []
+    for _ in range(3):
+        tokens = rng.integers(1, task.vocab_size, size=(16, task.seq_len))
+        tokens[rng.random(tokens.shape) < 0.6] = 0
+        batches.append((torch.from_numpy(tokens).to(CUDA), torch.from_numpy(rng.integers(0, 10, 16)).to(CUDA)))
+    length = max(int((t != 0).sum(1).max()) for t, _ in batches)
+    runs = []
+    for mode in ("none", "max"):
+        counters.clear()
+        trainer = build_trainer(cfg.with_settings([f"train.compile={mode}"]), task, backend, CUDA, pack_length=length)
+        runs.append(torch.stack([trainer.step(t, y).loss for t, y in batches]))
+        assert counters["inductor"]["cudagraph_skips"] == 0 and trainer.loss.fallback is None
+    torch.testing.assert_close(runs[1], runs[0], rtol=2e-2, atol=2e-3)
