@@ -8,7 +8,7 @@
 #        c: seeds 1-2 of the ListOps baselines that trained (issue 34)
 #        d: issue 34's speed table: `lra bench train --preset fa-paper --compile max --synthetic`, every baseline
 #           beside compiled naive, task by task while time is left (nystrom once more without its convolution)
-#        e: issue 36: the packed curriculum's step times (`lra bench train TASK --preset curriculum`, flash and
+#        e: issue 36: the packed step's GPU tests, the packed curriculum's step times (`lra bench train TASK --preset curriculum`, flash and
 #           block_sparse_flash, on 4,096 real images of each size), then `lra campaign path-x` (block_sparse_flash)
 #           from the state in campaigns/path-x-bsf (or a new one) with the time left; its state comes back too
 # LIMIT_S  wall seconds this call may use (keep it 40 s under the call's timeout: the archives are written after)
@@ -101,6 +101,8 @@ d)
         > "$LOGS/bench-listops-nystrom-noconv.log" 2>&1
     ;;
 e)
+    [ "$DEVICE" = cpu ] || timeout 240 python3 -m pytest -q -m gpu tests/test_compiled_gpu.py -k packed \
+        > "$LOGS/gpu-tests-packed.log" 2>&1
     # shellcheck disable=SC2206
     small=(--set data.num_train=4096 --set data.num_val=512 --set data.num_test=512 ${SMALL:-})
     for task in path-x path-64 path-256; do
