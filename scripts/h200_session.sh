@@ -8,9 +8,10 @@
 #        c: seeds 1-2 of the ListOps baselines that trained (issue 34)
 #        d: issue 34's speed table: `lra bench train --preset fa-paper --compile max --synthetic`, every baseline
 #           beside compiled naive, task by task while time is left (nystrom once more without its convolution)
-#        e: issue 36: the packed step's GPU tests, the packed curriculum's step times (`lra bench train TASK --preset curriculum`, flash and
-#           block_sparse_flash, on 4,096 real images of each size), then `lra campaign path-x` (block_sparse_flash)
-#           from the state in campaigns/path-x-bsf (or a new one) with the time left; its state comes back too
+#        e: issue 36: the packed step's GPU tests, the packed curriculum's step times (`lra bench train TASK
+#           --preset curriculum`, flash and block_sparse_flash, on 4,096 real images of each size), then `lra campaign
+#           path-x` (block_sparse_flash) from campaigns/path-x-bsf (or a new one) with the time left; its state comes
+#           back too
 # LIMIT_S  wall seconds this call may use (keep it 40 s under the call's timeout: the archives are written after)
 # COMMIT   the commit being run (the copied .git is stale): goes into every record
 # PRESET=tiny in the environment (with DEVICE=cpu) dry-runs phases c and d on a CPU, to check the script itself;
