@@ -12,6 +12,12 @@
 #           --preset curriculum`, flash and block_sparse_flash, on 4,096 real images of each size), then `lra campaign
 #           path-x` (block_sparse_flash) from campaigns/path-x-bsf (or a new one) with the time left; its state comes
 #           back too
+#        f, g, h: one session's three calls for issues 32 and 36, made back to back (the next within 30 s):
+#           f: phase e's step times, then the in-flight Pathfinder runs detached (they outlive the call), then the
+#              packed GPU tests beside them
+#           g (and h, the same): wait for those runs to end, then `lra campaign path-x` detached (once), stopping
+#              CAMPAIGN_END seconds after this call's start (from `status`'s budget_left_s, less the last call's tar
+#              and a margin), and wait for it; its state comes back
 # LIMIT_S  wall seconds this call may use (keep it 40 s under the call's timeout: the archives are written after)
 # COMMIT   the commit being run (the copied .git is stale): goes into every record
 # PRESET=tiny in the environment (with DEVICE=cpu) dry-runs phases c and d on a CPU, to check the script itself;
@@ -38,21 +44,38 @@ bg() {  # bg NAME ARGS...: an `lra` command in the background, its output in $LO
     lra "$@" > "$LOGS/$name.log" 2>&1 & PIDS+=($!)
 }
 
+detach() {  # detach NAME ARGS...: an `lra` command in its own session (it outlives this call), its pid in /tmp/lra/pids
+    local name=$1; shift
+    mkdir -p /tmp/lra/pids
+    setsid nohup python3 -m lra "$@" > "$LOGS/$name.log" 2>&1 < /dev/null &
+    echo $! > "/tmp/lra/pids/$name.pid"
+}
+
+wait_detached() {  # wait_detached PATTERN: until every detached command named PATTERN has ended, or 30 s are left
+    local f
+    for f in /tmp/lra/pids/$1.pid; do
+        [ -f "$f" ] || continue
+        while kill -0 "$(cat "$f")" 2> /dev/null && [ "$(left)" -gt 30 ]; do sleep 5; done
+    done
+}
+
 listops_run() {  # listops_run NAME BACKEND SEED [--set ...]
     local name=$1 attn=$2 seed=$3; shift 3
     bg "$name" run listops --attn "$attn" --preset "$PRESET" --device "$DEVICE" --seed "$seed" --time-limit "$(left)s" "$@"
 }
 
-pathfinder_resume() {  # every unfinished in-flight run, with the time left
+pathfinder_resume() {  # every unfinished in-flight run, with the time left (RUN=detach: detached, RUN_S seconds)
+    local run=${RUN:-bg} limit
     for dir in leaderboard/in_flight/pathfinder/*/; do
         local name; name=$(basename "$dir")
         [ -d "$LRA_RUNS/pathfinder/$name" ] || cp -r "$dir" "$LRA_RUNS/pathfinder/"
         [ -f "$LRA_RUNS/pathfinder/$name/summary.json" ] && continue
         local seed=${name#*-s}; seed=${seed%%-*}
         local attn=${name%%-fa-paper*}
-        bg "pf-$name" run pathfinder --attn "$attn" --preset fa-paper --seed "$seed" --resume \
+        limit=$([ "$run" = detach ] && echo "${RUN_S:-1500}" || left)
+        $run "pf-$name" run pathfinder --attn "$attn" --preset fa-paper --seed "$seed" --resume \
             --set data.black_padding=true --set model.pool=mean_all --set "attention.$attn.compact_padding=true" \
-            --out "$LRA_RUNS/pathfinder/$name" --time-limit "$(left)s"
+            --out "$LRA_RUNS/pathfinder/$name" --time-limit "${limit}s"
     done
 }
 
@@ -66,6 +89,25 @@ image_lines() {  # docs/image_fidelity.md's run plan, 12,000 steps each
     bg img-l4 run image --attn flash "${s[@]}" --set model.attention_dropout=0
     bg img-l0 run image --attn sdpa_flash "${s[@]}"
 }
+
+packed_tests() {  # the packed step's GPU tests (compile max with CUDA graphs against eager)
+    [ "$DEVICE" = cpu ] || timeout 240 python3 -m pytest -q -m gpu tests/test_compiled_gpu.py -k packed \
+        > "$LOGS/gpu-tests-packed.log" 2>&1
+}
+
+packed_bench() {  # the packed curriculum's step times, flash and block_sparse_flash, on 4,096 real images a size
+    # shellcheck disable=SC2206
+    local small=(--set data.num_train=4096 --set data.num_val=512 --set data.num_test=512 ${SMALL:-})
+    for task in ${BENCH_TASKS:-path-x path-256 path-64}; do
+        [ "$(left)" -gt 240 ] || break
+        lra data prepare "$task" --preset curriculum "${small[@]}" --workers 16 > "$LOGS/prep-$task-small.log" 2>&1
+        timeout "$(left)" python3 -m lra bench train "$task" --preset curriculum --device "$DEVICE" --compile max \
+            --attn "${BENCH:-flash,block_sparse_flash}" --steps 10 --warmup 3 "${small[@]}" > "$LOGS/bench-packed-$task.log" 2>&1
+    done
+}
+
+# shellcheck disable=SC2206
+CAMPAIGN=(path-x --attn "${ATTN:-block_sparse_flash}" --state /tmp/lra/campaigns/path-x-bsf --device "$DEVICE" --workers 16 ${SMALL:-})
 
 case $PHASE in
 a)
@@ -102,24 +144,32 @@ d)
         > "$LOGS/bench-listops-nystrom-noconv.log" 2>&1
     ;;
 e)
-    [ "$DEVICE" = cpu ] || timeout 240 python3 -m pytest -q -m gpu tests/test_compiled_gpu.py -k packed \
-        > "$LOGS/gpu-tests-packed.log" 2>&1
-    # shellcheck disable=SC2206
-    small=(--set data.num_train=4096 --set data.num_val=512 --set data.num_test=512 ${SMALL:-})
-    for task in path-x path-64 path-256; do
-        [ "$(left)" -gt 240 ] || break
-        lra data prepare "$task" --preset curriculum "${small[@]}" --workers 16 > "$LOGS/prep-$task-small.log" 2>&1
-        timeout "$(left)" python3 -m lra bench train "$task" --preset curriculum --device "$DEVICE" --compile max \
-            --attn "${BENCH:-flash,block_sparse_flash}" --steps 10 --warmup 3 "${small[@]}" > "$LOGS/bench-packed-$task.log" 2>&1
-    done
+    packed_tests
+    packed_bench
     mkdir -p /tmp/lra/campaigns
     [ -d /tmp/lra/campaigns/path-x-bsf ] || { [ -d campaigns/path-x-bsf ] && cp -r campaigns/path-x-bsf /tmp/lra/campaigns/; }
-    # shellcheck disable=SC2086
-    [ "$(left)" -gt 120 ] && python3 -m lra campaign path-x --attn "${ATTN:-block_sparse_flash}" --state /tmp/lra/campaigns/path-x-bsf \
-        --device "$DEVICE" --workers 16 --time-limit "$(($(left) - 30))s" ${SMALL:-} > "$LOGS/campaign-path-x-bsf.log" 2>&1
+    [ "$(left)" -gt 120 ] && lra campaign "${CAMPAIGN[@]}" --time-limit "$(($(left) - 30))s" > "$LOGS/campaign-path-x-bsf.log" 2>&1
+    ;;
+f)
+    lra data prepare pathfinder --preset fa-paper --workers 10 > "$LOGS/prep-pathfinder.log" 2>&1 & PIDS+=($!)
+    packed_bench
+    for pid in "${PIDS[@]}"; do wait "$pid"; done
+    PIDS=()
+    RUN=detach pathfinder_resume
+    packed_tests
+    ;;
+g | h)
+    wait_detached 'pf-*'
+    mkdir -p /tmp/lra/campaigns
+    [ -d /tmp/lra/campaigns/path-x-bsf ] || { [ -d campaigns/path-x-bsf ] && cp -r campaigns/path-x-bsf /tmp/lra/campaigns/; }
+    until_end=$((${CAMPAIGN_END:?set CAMPAIGN_END} - ($(date +%s) - START)))
+    if ! [ -f /tmp/lra/pids/campaign-path-x-bsf.pid ] && [ "$until_end" -gt 150 ]; then
+        detach campaign-path-x-bsf campaign "${CAMPAIGN[@]}" --time-limit "${until_end}s"
+    fi
+    wait_detached 'campaign-*'
     ;;
 *)
-    echo "unknown phase $PHASE (a, b, c, d or e)" >&2
+    echo "unknown phase $PHASE (a to h)" >&2
     exit 2
     ;;
 esac
