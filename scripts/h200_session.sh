@@ -67,6 +67,7 @@ listops_run() {  # listops_run NAME BACKEND SEED [--set ...]
 pathfinder_resume() {  # every unfinished in-flight run, with the time left (RUN=detach: detached, RUN_S seconds)
     local run=${RUN:-bg} limit
     for dir in leaderboard/in_flight/pathfinder/*/; do
+        [ -d "$dir" ] || continue
         local name; name=$(basename "$dir")
         [ -d "$LRA_RUNS/pathfinder/$name" ] || cp -r "$dir" "$LRA_RUNS/pathfinder/"
         [ -f "$LRA_RUNS/pathfinder/$name/summary.json" ] && continue
