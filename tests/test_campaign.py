@@ -5,20 +5,24 @@ by hand from that checkpoint), the ledger's seconds adding up to the records', a
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
 import pytest
 import torch
 
-from lra.campaign.drive import CampaignOptions, run_campaign
+from lra.campaign.drive import CampaignOptions, chance_margin, run_campaign
 from lra.campaign.ledger import LEDGER
 from lra.campaign.plan import plan_stages, split_sets
+from lra.campaign.prefetch import Prefetch, prepare_command
 from lra.cli.main import main
 from lra.core.errors import ConfigError, RunSetupError
 from lra.results.store import load_records
 from lra.train.budget import TimeBudget
 from lra.train.checkpoint import BEST, LAST, load_checkpoint
-from lra.train.config import resolve
+from lra.train.config import load_config, resolve
 from lra.train.run import train
+from tasks import build_task
 
 SETS = ["model.pos_emb=learned", "data.num_train=48", "data.num_val=16", "data.num_test=16", "train.batch_size=8",
         "train.steps=12", "train.eval_every=6", "train.log_every=3", "train.warmup=2",
@@ -36,9 +40,23 @@ class JumpClock:
         return 0.0 if self.left >= 0 else 3600.0
 
 
+def living_in_group(pgid: int) -> list[int]:
+    """Processes of group `pgid` that are neither zombies nor dead (Linux /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            found.append(int(stat.parent.name))
+    return found
+
+
 def options(tmp_path, **kw) -> CampaignOptions:
     base = dict(target="path-64", attn="naive", state=tmp_path / "state", preset="tiny", overrides=list(SETS),
-                data_dir=str(tmp_path / "data"), results=str(tmp_path / "results"), device="cpu")  # fmt: skip
+                data_dir=str(tmp_path / "data"), results=str(tmp_path / "results"), device="cpu", past_chance=True,
+                prefetch=False)  # fmt: skip
     return CampaignOptions(**{**base, **kw})
 
 
@@ -48,12 +66,12 @@ def test_the_curriculum_chain_comes_from_the_presets():
                                                       ("path-x", "path-64")]  # fmt: skip
     assert [s.steps for s in stages][-1] == 100 and all(s.config.train.seed == 3 for s in stages)
     model = stages[0].config.model
-    assert (model.layers, model.dim, model.heads, model.pos_emb) == (4, 32, 4, "learned")
+    assert (model.layers, model.dim, model.heads, model.pos_emb, model.pool) == (2, 64, 2, "learned", "mean_all")
     assert [s.task for s in plan_stages("path-256", attn="flash", preset="curriculum", seed=0, overrides=[])] == [
         "pathfinder", "path-64", "path-256"]  # fmt: skip
     assert split_sets(["a.b=1", "path-x:c.d=2"]) == (["a.b=1"], {"path-x": ["c.d=2"]})
     with pytest.raises(ConfigError, match="builds another model"):
-        plan_stages("path-x", attn="flash", preset="curriculum", seed=0, overrides=["path-x:model.layers=2"])
+        plan_stages("path-x", attn="flash", preset="curriculum", seed=0, overrides=["path-x:model.layers=3"])
     with pytest.raises(ConfigError, match="no stage of this campaign"):
         plan_stages("path-x", attn="flash", preset="curriculum", seed=0, overrides=["path-256:train.steps=5"])
 
@@ -72,7 +90,8 @@ def test_a_campaign_stops_on_time_resumes_and_moves_on_with_positions_upsampled(
     assert not (state / "path-64").exists()
 
     argv = ["campaign", "path-64", "--attn", "naive", "--state", str(state), "--preset", "tiny", "--device", "cpu",
-            "--data-dir", str(tmp_path / "data"), "--results", str(tmp_path / "results")]  # fmt: skip
+            "--data-dir", str(tmp_path / "data"), "--results", str(tmp_path / "results"), "--past-chance",
+            "--no-prefetch"]  # fmt: skip
     assert main([*argv, *[w for s in SETS for w in ("--set", s)]]) == 0
     ledger = json.loads((state / LEDGER).read_text())
     s2 = ledger["sessions"][2]
@@ -128,3 +147,45 @@ def test_a_campaign_stops_on_time_resumes_and_moves_on_with_positions_upsampled(
     assert all(other["stages"][t]["inherited_from"] == str(state) for t in ("pathfinder", "path-64"))
     assert other["totals"]["device_s"] >= ledger["stages"]["pathfinder"]["device_s"] + stages["path-64"]["device_s"]
     assert (tmp_path / "other" / "path-64" / BEST).is_file() and other["sessions"][-1]["work"] == []
+
+
+def test_the_chance_margin_is_four_standard_errors_and_at_least_a_point():
+    assert chance_margin(0.5, 20_000) == pytest.approx(4 * (0.25 / 20_000) ** 0.5)  # 1.41 points
+    assert chance_margin(0.5, 1_000_000) == 0.01
+    # The pilots of docs/path_x_campaign.md: LRA's model at 50.84% best validation against a 50.47% majority class
+    # learned nothing; Xiong et al.'s at 66.37% did.
+    assert 0.5084 <= 0.5047 + chance_margin(0.5047, 20_000) < 0.6637
+
+
+def test_a_stage_at_chance_stops_the_campaign_unless_told_to_go_on(tmp_path, capsys):
+    # 12 steps on 48 images learn nothing that 16 validation images could show (the margin is 50 points there).
+    stopped = run_campaign(options(tmp_path, past_chance=False))
+    assert stopped["sessions"][-1]["ended"] == "at chance" and stopped["stages"]["pathfinder"]["status"] == "done"
+    assert not (tmp_path / "state" / "path-64").exists()
+    assert "ended at chance" in capsys.readouterr().err
+    again = run_campaign(options(tmp_path, past_chance=False))  # the finished stage is gated again, nothing is run
+    assert again["sessions"][-1]["ended"] == "at chance" and again["sessions"][-1]["work"] == []
+    done = run_campaign(options(tmp_path, past_chance=True))
+    assert done["sessions"][-1]["ended"] == "campaign done" and done["stages"]["path-64"]["status"] == "done"
+
+
+def test_the_next_stage_data_is_drawn_while_a_stage_trains(tmp_path):
+    ledger = run_campaign(options(tmp_path, prefetch=True))
+    first, second = ledger["sessions"][0]["work"]
+    assert first["stage"] == "pathfinder" and first["data_s"] > 0
+    assert first["prefetch"]["stage"] == "path-64" and first["prefetch"]["ended"] == "done"
+    assert second["stage"] == "path-64" and second["data_s"] == 0.0  # drawn by then
+    assert (tmp_path / "state" / "prefetch-path-64.log").is_file()
+    assert "*.log" in (tmp_path / "state" / ".gitignore").read_text()  # the log is not part of the state
+
+
+def test_a_stopped_draw_ends_its_processes_and_leaves_no_cache(tmp_path):
+    data = load_config("path-x", "tiny", ["data.num_train=4000"]).data
+    cmd = prepare_command("path-x", data, workers=2, data_dir=str(tmp_path / "data"))
+    draw = Prefetch("path-x", cmd, tmp_path / "draw.log")
+    assert draw.wait(4.0) == "running"  # 4,000 images at 128 px take minutes here
+    draw.stop()
+    assert draw.outcome() == "stopped"
+    time.sleep(0.5)
+    assert living_in_group(draw.proc.pid) == []  # no worker of its group is left (dead ones may wait to be reaped)
+    assert not build_task("path-x", data_dir=str(tmp_path / "data"), **data).info()["ready"]

@@ -2,10 +2,12 @@
 
 For each stage in order: a finished one (its folder holds summary.json) is skipped; otherwise its data is drawn
 when absent (all cores), then its run is resumed from `last.pt` or started from the previous stage's `best.pt`
-(train.init_from, read from the state folder), and trained until it ends or the `TimeBudget` is nearly spent. A
-stage that ends is tested, recorded in the results store (its record carries a `campaign` block: the stage, the
-device seconds of the stages before it and its own), and its `last.pt` deleted: what stays is small. A stage whose
-data could not be drawn in the time left waits for the next session.
+(train.init_from, read from the state folder), and trained until it ends or the `TimeBudget` is nearly spent; the
+next stage's data is drawn meanwhile on the idle cores (lra.campaign.prefetch). A stage that ends is tested,
+recorded in the results store (its record carries a `campaign` block: the stage, the device seconds of the stages
+before it and its own), and its `last.pt` deleted: what stays is small. A stage whose data could not be drawn in the
+time left waits for the next session. A stage that ended at chance stops the campaign (`chance_margin`): the next
+stage would start from a model that learned nothing, and its hours would be spent for nothing.
 
 The state folder then holds exactly what must be committed: `campaign.json` (lra.campaign.ledger), one folder per
 stage begun (config.json with the split hashes, metrics.jsonl, best.pt; last.pt while it runs; summary.json once
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import socket
@@ -27,6 +30,7 @@ from typing import Any
 
 from lra.campaign.ledger import check_identity, device_s_before, new_ledger, read_ledger, write_ledger
 from lra.campaign.plan import Stage, plan_stages
+from lra.campaign.prefetch import LOG, Prefetch, prepare_command
 from lra.core import locks
 from lra.core.errors import RunSetupError
 from lra.core.progress import console
@@ -37,12 +41,21 @@ from lra.train.rundir import CONFIG, METRICS, SUMMARY, RunDir
 from tasks import build_task
 
 LOCK = "campaign.lock"
-GITIGNORE = "*.lock\n"
+GITIGNORE = "*.lock\n*.log\n"
 # Core-seconds to draw one image at each resolution (H200 machine: Path-X's 200,000 in 7 min 55 s on 16 cores,
 # Path-64's 84,000 in ~4 min; 32 and 256 px estimated), to judge whether a stage's data fits the time left.
 DRAW_CORE_S = {32: 0.01, 64: 0.046, 128: 0.038, 256: 0.16}
 START_S = 90.0  # a stage needs at least this long after its data: compilation, a first window, a checkpoint
 KEPT = (CONFIG, METRICS, SUMMARY, BEST)  # a finished stage's files
+SPARE_CORES = 2  # left to the training process (its data loading) while the next stage's data is drawn
+CHANCE_SIGMAS = 4.0  # a stage's best validation accuracy must clear the majority class by this many standard errors
+
+
+def chance_margin(majority: float, n: int) -> float:
+    """How far above the majority class a best validation accuracy must be to count as learned: 4 standard errors
+    of an accuracy at chance on n examples (the best of many evaluations exceeds 3 about once in 10 runs), at
+    least one point."""
+    return max(0.01, CHANCE_SIGMAS * math.sqrt(majority * (1 - majority) / max(1, n)))
 
 
 @dataclass
@@ -62,6 +75,8 @@ class CampaignOptions:
     record: bool = True
     from_state: Path | None = None
     data_only: bool = False  # draw the current stage's data (when absent) and stop: a session's first command
+    prefetch: bool = True  # draw the next stage's data while this one trains
+    past_chance: bool = False  # go on from a stage that ended at chance
 
     def identity(self) -> dict[str, Any]:
         return {"target": self.target, "attn": self.attn, "preset": self.preset, "seed": self.seed,
@@ -136,8 +151,9 @@ class Session:
             for stage in self.stages:
                 if self.dir(stage).finished:
                     self.settle(stage)
-                    continue
-                ended = self.draw_only(stage) if self.opts.data_only else self.work(stage)
+                    ended = self.gate(stage)
+                else:
+                    ended = self.draw_only(stage) if self.opts.data_only else self.work(stage)
                 if ended is not None:
                     break
             else:
@@ -150,6 +166,31 @@ class Session:
         self.save()
         self.report()
         return self.ledger
+
+    def gate(self, stage: Stage) -> str | None:
+        """'at chance' when the finished `stage` has a next one and learned nothing (unless --past-chance)."""
+        if stage is self.stages[-1] or self.opts.past_chance or not self.at_chance(stage):
+            return None
+        return "at chance"
+
+    def at_chance(self, stage: Stage) -> bool:
+        """Whether the finished `stage` learned nothing (its best validation accuracy within `chance_margin` of the
+        majority class); says so, and what to do, when it did not."""
+        metrics = json.loads((self.dir(stage).path / SUMMARY).read_text(encoding="utf-8"))["metrics"]
+        best, majority = metrics["val_acc"], metrics["majority_acc"]
+        n = int(stage.config.data.get("num_val") or 0)
+        if best > majority + chance_margin(majority, n):
+            return False
+        nxt = self.stages[stage.index]
+        console.print(
+            f"[bold red]campaign stops[/]: stage {stage.index} {stage.task} ended at chance (best validation "
+            f"{best:.2%}, majority class {majority:.2%}, {n:,} examples: within {chance_margin(majority, n):.2%}), "
+            f"so stage {nxt.index} {nxt.task} would start from a model that learned nothing. Change the recipe (e.g. "
+            f"--set {stage.task}:train.lr=...) in a new --state, or go on anyway with --past-chance",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return True
 
     # ---- one stage
     def work(self, stage: Stage) -> str | None:
@@ -170,18 +211,67 @@ class Session:
             task.prepare(workers=self.opts.workers or os.cpu_count() or 1)
             item["data_s"] = round(self.clock() - started, 3)
             self.save()
-        out = self.train(stage)
+        prefetch = self.prefetch_next(stage, item)
+        try:
+            out = self.train(stage)
+            self.note_training(stage, out, item, started)
+            if "stopped_at" in out:
+                self.save()
+                return "time limit" if "time_limit_s" in out else "stopped"
+            self.finish(stage, out)
+            if (ended := self.gate(stage)) is not None:
+                return ended
+            if prefetch is not None and self.await_prefetch(prefetch, item) == "running":
+                return "time limit"
+            return None
+        finally:
+            if prefetch is not None:
+                prefetch.stop()
+                if item["prefetch"]["ended"] == "running":
+                    item["prefetch"] |= {"s": prefetch.seconds(), "ended": prefetch.outcome()}
+                self.save()
+
+    def note_training(self, stage: Stage, out: dict[str, Any], item: dict[str, Any], started: float) -> None:
+        """This session's work on `stage` and where the stage stands, in the ledger (not yet written)."""
         session = out.get("session") or (out.get("sessions") or [{}])[-1]
         item |= {"to_step": out.get("stopped_at", out.get("steps")), "train_s": session.get("train_s", 0.0)}
         item["wall_s"] = round(self.clock() - started, 3)
         entry = self.ledger["stages"][stage.task]
         entry |= {"status": "running", "steps": item["to_step"], "total_steps": stage.steps}
         entry |= {"config_hash": config_hash(stage.config), "data_hashes": self.data_hashes(stage)}
-        if "stopped_at" in out:
-            self.save()
-            return "time limit" if "time_limit_s" in out else "stopped"
-        self.finish(stage, out)
-        return None
+
+    def prefetch_next(self, stage: Stage, item: dict[str, Any]) -> Prefetch | None:
+        """Start drawing the next stage's data on the spare cores, when it is missing and fits the time left."""
+        if not self.opts.prefetch or stage is self.stages[-1]:
+            return None
+        nxt = self.stages[stage.index]
+        task = build_task(nxt.task, data_dir=self.opts.data_dir, **nxt.config.data)
+        if self.dir(nxt).finished or task.info()["ready"]:
+            return None
+        workers = max(1, (self.opts.workers or os.cpu_count() or 1) - SPARE_CORES)
+        if not self.fits(self.draw_estimate(task, workers) + START_S):
+            return None
+        cmd = prepare_command(nxt.task, nxt.config.data, workers=workers, data_dir=self.opts.data_dir)
+        log = self.opts.state / LOG.format(task=nxt.task)
+        console.print(f"campaign: drawing {nxt.task}'s data on {workers} cores meanwhile (log: {log})", highlight=False)
+        item["prefetch"] = {"stage": nxt.task, "workers": workers, "s": 0.0, "ended": "running"}
+        return Prefetch(nxt.task, cmd, log)
+
+    def await_prefetch(self, prefetch: Prefetch, item: dict[str, Any]) -> str:
+        """Wait for the next stage's draw while the time allows: 'done', 'failed' (the next stage draws it again) or
+        'running' (stopped for the time limit)."""
+        left = None if self.budget is None else self.budget.remaining() - self.budget.margin() - START_S
+        if left is not None and left <= 0:
+            ended = prefetch.wait(0)
+        else:
+            if prefetch.proc.poll() is None:
+                console.print(f"campaign: waiting for {prefetch.task}'s data (log: {prefetch.log})", highlight=False)
+            ended = prefetch.wait(1e9 if left is None else left)
+        item["prefetch"] |= {"s": prefetch.seconds(), "ended": "stopped" if ended == "running" else ended}
+        if ended == "failed":
+            console.print(f"[yellow]campaign: drawing {prefetch.task}'s data beside the training failed[/] (see "
+                          f"{prefetch.log}); it is drawn again at its start", highlight=False)  # fmt: skip
+        return ended
 
     def draw_only(self, stage: Stage) -> str:
         """Draw the current stage's data when absent (`--data-only`), counted as that stage's work."""
@@ -262,9 +352,9 @@ class Session:
     def fits(self, seconds: float) -> bool:
         return self.budget is None or seconds <= self.budget.remaining() - self.budget.margin()
 
-    def draw_estimate(self, task) -> float:
-        """Seconds to draw `task`'s splits on this machine's workers (DRAW_CORE_S)."""
-        workers = self.opts.workers or os.cpu_count() or 1
+    def draw_estimate(self, task, workers: int | None = None) -> float:
+        """Seconds to draw `task`'s splits on `workers` (default: this machine's) processes (DRAW_CORE_S)."""
+        workers = workers or self.opts.workers or os.cpu_count() or 1
         images = sum(task.counts.values())
         return images * DRAW_CORE_S.get(task.resolution, 0.16) / workers
 

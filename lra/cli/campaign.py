@@ -42,6 +42,10 @@ def add_parser(sub) -> None:
     p.add_argument("--data-only", action="store_true",
                    help="draw the current stage's data when absent, then stop (a session's first command)")  # fmt: skip
     p.add_argument("--workers", type=int, default=None, help="processes drawing data (default: every core)")
+    p.add_argument("--no-prefetch", action="store_true",
+                   help="draw each stage's data at its start, not the next stage's while this one trains")  # fmt: skip
+    p.add_argument("--past-chance", action="store_true",
+                   help="go on from a stage that ended at chance (by default the campaign stops there)")  # fmt: skip
     add_data_dir(p)
     p.add_argument("--results", default=None, metavar="DIR",
                    help="results store of the finished stages' records (default: $LRA_RESULTS or yours)")  # fmt: skip
@@ -62,7 +66,8 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     opts = CampaignOptions(
         target=args.target, attn=args.attn, state=Path(args.state), preset=args.preset, seed=args.seed,
         overrides=list(args.overrides), data_dir=args.data_dir, results=args.results, device=args.device,
-        workers=args.workers, record=not args.no_record, data_only=args.data_only,
+        workers=args.workers, record=not args.no_record, data_only=args.data_only, prefetch=not args.no_prefetch,
+        past_chance=args.past_chance,
         from_state=Path(args.from_state) if args.from_state else None,
     )  # fmt: skip
     if args.dry_run:

@@ -1,0 +1,71 @@
+"""The next stage's data, drawn while this stage trains: the GPU trains, the idle cores draw.
+
+Every new machine draws a stage's data afresh (Path-64's and Path-X's 200,000 images take minutes on 16 cores),
+and a training stage leaves most cores idle. `Prefetch` runs `lra data prepare` for the next stage in its own
+process group, beside the training, so that the next stage can start as soon as this one ends. A cache appears
+under its name only once complete (tasks/_cache.py), so a draw stopped halfway leaves nothing that looks ready.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+LOG = "prefetch-{task}.log"
+
+
+def prepare_command(task: str, data: dict[str, Any], *, workers: int, data_dir: str | None) -> list[str]:
+    """`lra data prepare` for `task` with exactly these data settings (each one a `--set`)."""
+    cmd = [sys.executable, "-m", "lra", "data", "prepare", task, "--workers", str(workers)]
+    for key, value in sorted(data.items()):
+        cmd += ["--set", f"data.{key}={json.dumps(value)}"]
+    if data_dir is not None:
+        cmd += ["--data-dir", str(data_dir)]
+    return cmd
+
+
+class Prefetch:
+    """One `lra data prepare` in the background, its output in `log`."""
+
+    def __init__(self, task: str, cmd: list[str], log: Path) -> None:
+        self.task, self.cmd, self.log = task, cmd, log
+        self.started = time.monotonic()
+        with open(log, "w", encoding="utf-8") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)  # fmt: skip
+
+    def wait(self, timeout: float) -> str:
+        """Wait up to `timeout` seconds: 'done', 'failed' (it exited with an error) or 'running'."""
+        try:
+            rc = self.proc.wait(timeout=max(0.0, timeout))
+        except subprocess.TimeoutExpired:
+            return "running"
+        return "done" if rc == 0 else "failed"
+
+    def stop(self) -> None:
+        """End the draw and its worker processes (nothing half-drawn is kept), if it still runs."""
+        if self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def outcome(self) -> str:
+        """'done', 'failed' (an error), 'stopped' (ended by `stop`) or 'running'."""
+        rc = self.proc.poll()
+        return "running" if rc is None else "done" if rc == 0 else "stopped" if rc < 0 else "failed"
+
+    def seconds(self) -> float:
+        return round(time.monotonic() - self.started, 3)
