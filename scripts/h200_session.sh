@@ -10,7 +10,7 @@
 #           beside compiled naive, task by task while time is left (nystrom once more without its convolution)
 #        e: issue 36: the packed step's GPU tests, the packed curriculum's step times (`lra bench train TASK
 #           --preset curriculum`, flash and block_sparse_flash, on 4,096 real images of each size), then `lra campaign
-#           path-x` (block_sparse_flash) from campaigns/path-x-bsf (or a new one) with the time left; its state comes
+#           path-x` (block_sparse_flash) from campaigns/path-x-bsf2 (or a new one) with the time left; its state comes
 #           back too
 #        f, g, h: one session's three calls for issues 32 and 36, made back to back (the next within 30 s):
 #           f: phase e's step times, then the in-flight Pathfinder runs detached (they outlive the call), then the
@@ -108,7 +108,7 @@ packed_bench() {  # the packed curriculum's step times, flash and block_sparse_f
 }
 
 # shellcheck disable=SC2206
-CAMPAIGN=(path-x --attn "${ATTN:-block_sparse_flash}" --state /tmp/lra/campaigns/path-x-bsf --device "$DEVICE" --workers 16 ${SMALL:-})
+CAMPAIGN=(path-x --attn "${ATTN:-block_sparse_flash}" --state /tmp/lra/campaigns/path-x-bsf2 --device "$DEVICE" --workers 16 ${SMALL:-})
 
 case $PHASE in
 a)
@@ -148,8 +148,8 @@ e)
     packed_tests
     packed_bench
     mkdir -p /tmp/lra/campaigns
-    [ -d /tmp/lra/campaigns/path-x-bsf ] || { [ -d campaigns/path-x-bsf ] && cp -r campaigns/path-x-bsf /tmp/lra/campaigns/; }
-    [ "$(left)" -gt 120 ] && lra campaign "${CAMPAIGN[@]}" --time-limit "$(($(left) - 30))s" > "$LOGS/campaign-path-x-bsf.log" 2>&1
+    [ -d /tmp/lra/campaigns/path-x-bsf2 ] || { [ -d campaigns/path-x-bsf2 ] && cp -r campaigns/path-x-bsf2 /tmp/lra/campaigns/; }
+    [ "$(left)" -gt 120 ] && lra campaign "${CAMPAIGN[@]}" --time-limit "$(($(left) - 30))s" > "$LOGS/campaign-path-x-bsf2.log" 2>&1
     ;;
 f)
     lra data prepare pathfinder --preset fa-paper --workers 10 > "$LOGS/prep-pathfinder.log" 2>&1 & PIDS+=($!)
@@ -162,10 +162,10 @@ f)
 g | h)
     wait_detached 'pf-*'
     mkdir -p /tmp/lra/campaigns
-    [ -d /tmp/lra/campaigns/path-x-bsf ] || { [ -d campaigns/path-x-bsf ] && cp -r campaigns/path-x-bsf /tmp/lra/campaigns/; }
+    [ -d /tmp/lra/campaigns/path-x-bsf2 ] || { [ -d campaigns/path-x-bsf2 ] && cp -r campaigns/path-x-bsf2 /tmp/lra/campaigns/; }
     until_end=$((${CAMPAIGN_END:?set CAMPAIGN_END} - ($(date +%s) - START)))
-    if ! [ -f /tmp/lra/pids/campaign-path-x-bsf.pid ] && [ "$until_end" -gt 150 ]; then
-        detach campaign-path-x-bsf campaign "${CAMPAIGN[@]}" --time-limit "${until_end}s"
+    if ! [ -f /tmp/lra/pids/campaign-path-x-bsf2.pid ] && [ "$until_end" -gt 150 ]; then
+        detach campaign-path-x-bsf2 campaign "${CAMPAIGN[@]}" --time-limit "${until_end}s"
     fi
     wait_detached 'campaign-*'
     ;;

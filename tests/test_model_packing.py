@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from lra.core.errors import RunSetupError
-from lra.train.gate import gate
 from lra.model import build_model, pack_real
 from lra.train.config import config_hash, load_config
 from lra.train.feed import PACK_MULTIPLE, longest_real, pack_length_for
+from lra.train.gate import gate
 from lra.train.run import train
 from lra.train.trainer import build_trainer
 from tasks import build_task
@@ -127,12 +127,12 @@ def test_the_gate_lets_packed_padding_reach_any_backend_and_checks_scores_at_the
     with pytest.raises(RunSetupError, match="right-padded key masks only"):
         gate(holey, "flash", "cpu")
     gate(holey.with_settings(["model.pack_tokens=true"]), "flash", "cpu")
-    path_x = load_config("path-x", "curriculum", ["train.batch_size=16"])
-    with pytest.raises(RunSetupError, match=r"\(16, 4, 16384, 16384\)"):
+    path_x = load_config("path-x", "curriculum", ["train.batch_size=32"])
+    with pytest.raises(RunSetupError, match=r"\(32, 2, 16384, 16384\)"):
         gate(path_x.with_settings(["model.pack_tokens=false"]), "naive", "cpu")
     gate(path_x, "naive", "cpu")  # packed: the length is not known before the data is read
     assert gate(path_x, "naive", "cpu", pack_length=2752).seq_len == 16384
-    with pytest.raises(RunSetupError, match=r"\(16, 4, 16000, 16000\)"):
+    with pytest.raises(RunSetupError, match=r"\(32, 2, 16000, 16000\)"):
         gate(path_x, "naive", "cpu", pack_length=16000)
 
 
