@@ -31,10 +31,12 @@ TINY_RUN = ["--device", "cpu", "--preset", "tiny", "--set", "train.steps=4", "--
 
 def old_config_hash(config: dict) -> str:
     """The config hash as computed before the frozen config (a copy of the old code, the independent reference):
-    model.embed_std filled in at 1.0 where missing, data.black_padding left out at False, the three speed-only
-    train settings left out."""
+    model.embed_std filled in at 1.0 where missing, data.black_padding and model.pack_tokens (added later) left out at
+    False, the three speed-only train settings left out."""
     config = dict(config)
     config["model"] = {"embed_std": 1.0, **config["model"]}
+    if config["model"].get("pack_tokens") is False:
+        config["model"] = {k: v for k, v in config["model"].items() if k != "pack_tokens"}
     if config["data"].get("black_padding") is False:
         config["data"] = {k: v for k, v in config["data"].items() if k != "black_padding"}
     speed = ("compile", "eval_batch_size", "data_placement")
