@@ -5,8 +5,6 @@ by hand from that checkpoint), the ledger's seconds adding up to the records', a
 from __future__ import annotations
 
 import json
-import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +21,7 @@ from lra.train.checkpoint import BEST, LAST, load_checkpoint
 from lra.train.config import load_config, resolve
 from lra.train.run import train
 from tasks import build_task
+from tests.processes import wait_until_gone
 
 SETS = ["model.pos_emb=learned", "data.num_train=48", "data.num_val=16", "data.num_test=16", "train.batch_size=8",
         "train.steps=12", "train.eval_every=6", "train.log_every=3", "train.warmup=2",
@@ -38,19 +37,6 @@ class JumpClock:
     def __call__(self) -> float:
         self.left -= 1
         return 0.0 if self.left >= 0 else 3600.0
-
-
-def living_in_group(pgid: int) -> list[int]:
-    """Processes of group `pgid` that are neither zombies nor dead (Linux /proc)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            found.append(int(stat.parent.name))
-    return found
 
 
 def options(tmp_path, **kw) -> CampaignOptions:
@@ -186,6 +172,5 @@ def test_a_stopped_draw_ends_its_processes_and_leaves_no_cache(tmp_path):
     assert draw.wait(4.0) == "running"  # 4,000 images at 128 px take minutes here
     draw.stop()
     assert draw.outcome() == "stopped"
-    time.sleep(0.5)
-    assert living_in_group(draw.proc.pid) == []  # no worker of its group is left (dead ones may wait to be reaped)
+    wait_until_gone(draw.proc.pid, timeout=10.0)  # no worker of its group is left (dead ones may wait to be reaped)
     assert not build_task("path-x", data_dir=str(tmp_path / "data"), **data).info()["ready"]

@@ -26,6 +26,7 @@ from lra.results.store import load_records
 from lra.sweep.board import Board, LineLog, Row, read_progress
 from lra.sweep.grid import build_grid, clear_unstarted, parse_seeds, run_state
 from lra.sweep.local_pool import LaunchOptions, LocalPool, slots_for, try_lock
+from tests.processes import wait_until_gone
 from tests.sweep_cli import write_configs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,6 +108,7 @@ def test_killed_sweep_rerun_finishes_exactly_the_missing_runs(reference, tmp_pat
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # the sweep and the runs it started, at once
         proc.wait()
+        wait_until_gone(proc.pid)  # its runs too: one still exiting holds its run's lock, and would be "skipped"
     finished = {n for n in NAMES if (root / n / "summary.json").is_file()}
     partial = {n for n in NAMES if (root / n / "last.pt").is_file()} - finished
     assert finished and partial and len(finished) < len(NAMES)
