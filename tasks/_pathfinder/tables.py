@@ -101,10 +101,11 @@ class Tables:
         half = self.half
         ys, xs = np.mgrid[-half : half + 1, -half : half + 1]
         flat = (ys * w + xs).ravel()
-        self.ink, m_off, m_val, h_off, h_thr = [], [], [], [], []
+        self.ink, m_off, m_val, h_off, h_thr, self._masks = [], [], [], [], [], []
         for angle in self.draw_angle:
             ink, mask = paddle(spec, margin, angle)
             self.ink.append(ink)
+            self._masks.append(mask)
             m = mask.ravel()
             keep = np.flatnonzero(m)
             m_off.append(flat[keep])
@@ -127,7 +128,7 @@ class Tables:
         span, half = length + margin, self.half
         offs, boxes, structs = [], [], []
         for sid in range(N_SEED):
-            mask = paddle(self.spec, margin, self.draw_angle[sid])[1]
+            mask = self._masks[sid]  # the seed paddle's mask, drawn by _stamps
             struct = np.zeros((2 * span + 1, 2 * span + 1), np.uint8)
             lo = half - (span + 1)  # stamp row of struct row 0
             struct[:] = mask[lo : lo + 2 * span + 1, lo : lo + 2 * span + 1]  # lo >= 0: half >= span + 1
@@ -139,6 +140,7 @@ class Tables:
         self.foot = _pad_rows(offs)
         self.foot_box = np.array(boxes, np.int64)
         self.seed_dead = np.array([_struct_leaves_image(d, self.size) for d in structs])
+        del self._masks
 
     def _canvas(self, spec: Spec, margin: int, w: int) -> None:
         """The padded canvas: where the image is, the padding band (the mask's start) and its dilation."""
