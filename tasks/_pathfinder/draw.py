@@ -138,14 +138,14 @@ def draw_with(resolution: int, contour: int, rng: np.random.Generator, label: in
 def render(t: Tables, snakes: list[Snake] | tuple[Snake, ...], kind: str) -> np.ndarray:
     """The float image of `snakes` (kind "target" or "distractor": their contrast), as the original's float image
     holds them: each paddle's 8-bit ink / 255 times the contrast, in float32, the pixelwise maximum."""
-    canvas = np.zeros(t.width * t.width)
+    # the maximum in 8-bit ink levels, then their values: a level's value grows with the level, so it is the same
+    canvas = np.zeros(t.width * t.width, np.uint8)
     if snakes:
         stamps = np.concatenate([s.stamps for s in snakes])
         starts = np.concatenate([s.starts for s in snakes])
-        values = t.value[kind][t.ink[stamps]].reshape(len(stamps), -1)
-        np.maximum.at(canvas, starts[:, None] + t.ink_off, values)
+        np.maximum.at(canvas, starts[:, None] + t.ink_off, t.ink[stamps].reshape(len(stamps), -1))
     n, pad = t.size, t.pad
-    return canvas.reshape(t.width, t.width)[pad : pad + n, pad : pad + n]
+    return t.value[kind][canvas.reshape(t.width, t.width)[pad : pad + n, pad : pad + n]]
 
 
 def render_markers(t: Tables, markers: tuple[tuple[int, int], tuple[int, int]]) -> np.ndarray:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from tasks._pathfinder.settings import PADDLE_TRIES
-from tasks._pathfinder.stamps import N_SEED
 from tasks._pathfinder.tables import Tables
 
 DEAD_END = 1e-4  # get_coords_cmf: a total weight below this is a dead end
@@ -54,7 +53,7 @@ class Canvases:
         draw_line_n_mask cuts them."""
         idx = start[:, None] + t.m_off[stamp]
         vals = t.m_val[stamp] * t.inside[idx]
-        at = idx + rows[:, None] * self.size
+        at = idx + (rows * self.size)[:, None]
         flat = self.mask.reshape(-1)
         flat[at] = np.maximum(flat[at], vals)
 
@@ -69,38 +68,43 @@ def extend(t: Tables, cv: Canvases, h: Heads, rows: np.ndarray, rng: np.random.G
     """Add one paddle to the snake of each row in `rows` (extend_snake); returns which rows succeeded. Heads of the
     successful rows move on, and their previous paddle's mask joins the canvas."""
     o = h.stamp[rows]
-    py = np.ceil(h.py[rows] + t.next_dy[o]).astype(np.int64)  # translate_coord(last_pivot, orientation, L + 2m)
-    px = np.ceil(h.px[rows] + t.next_dx[o]).astype(np.int64)
-    pos = t.flat(py, px)[:, None] + t.step_off[o]  # (A, W) the candidates with continuity weight
+    py = t.next_y[o, h.py[rows] + t.pad]  # translate_coord(last_pivot, orientation, L + 2m)
+    px = t.next_x[o, h.px[rows] + t.pad]
+    pos = (py * t.width + px + t.origin)[:, None] + t.step_off[o]  # (A, W) the candidates with continuity weight
     inside = t.inside[pos]  # get_coords_cmf drops the others
     pos = np.where(inside, pos, t.centre)
     flat = cv.mask.reshape(-1)
-    base = rows[:, None] * cv.size
-    dilated = flat[t.disk_off[:, None, None] + (base + pos)[None]].max(0)  # binary_dilate_custom(mask, disk(m))
+    gpos = pos + (rows * cv.size)[:, None]  # the candidates in the whole buffer
+    dilated = flat[t.disk_off[:, None, None] + gpos].max(0)  # binary_dilate_custom(mask, disk(m))
     weights = t.step_w[o] * t.inverted[dilated] * inside
     total = weights.sum(1)
     live = total >= DEAD_END
-    cmf = np.cumsum(weights, 1) / np.where(live, total, 1.0)[:, None]
+    cmf = np.add.accumulate(weights, 1) / np.where(live, total, 1.0)[:, None]  # np.cumsum, without its wrapper
     u = rng.random((len(rows), PADDLE_TRIES))
-    pick = (cmf[:, None, :] - u[:, :, None] > 0).argmax(-1)  # np.argmax(cmf - random_num > 0), per draw
-    at = np.arange(len(rows))[:, None]
-    stamp = N_SEED + t.step_idx[o[:, None], pick]
-    start = pos[at, pick]
-    chosen = np.full(len(rows), -1)
-    todo = np.flatnonzero(live)
-    for k in range(PADDLE_TRIES):  # np.max(mask + m_im) < 1.8: the first draw that passes is kept
-        sk = stamp[todo, k]
-        levels = flat[(base[todo] + start[todo, k : k + 1]) + t.h_off[sk]]
-        hit = (levels >= t.h_thr[sk]).any(1)
-        chosen[todo[~hit]] = k
-        todo = todo[hit]
-        if todo.size == 0:
-            break
-    ok = chosen >= 0
-    keep = at[ok, 0]
-    first = chosen[ok]
-    done = rows[ok]
-    cv.paste(t, done, h.stamp[done], h.start[done])
-    h.stamp[done], h.start[done] = stamp[keep, first], start[keep, first]
-    h.py[done], h.px[done] = py[ok], px[ok]
+    pick = (cmf[:, None, :] > u[:, :, None]).argmax(-1)  # np.argmax(cmf - random_num > 0), per draw
+    stamp = t.step_stamp[o[:, None], pick]
+    which, ok = _first_free(t, flat, gpos[np.arange(len(rows))[:, None], pick], stamp, live)
+    sel = np.flatnonzero(ok)
+    first = pick[sel, which[sel]]
+    done, last = rows[sel], o[sel]
+    cv.paste(t, done, last, h.start[done])
+    h.stamp[done], h.start[done] = t.step_stamp[last, first], pos[sel, first]
+    h.py[done], h.px[done] = py[sel], px[sel]
     return ok
+
+
+def _first_free(t: Tables, flat: np.ndarray, start: np.ndarray, stamp: np.ndarray, live: np.ndarray):
+    """extend_snake's retries: per row, the first of its draws (paddle `stamp` at buffer index `start`, (A, tries))
+    whose mask stays below 1.8 with the canvas (np.max(mask + m_im) < 1.8), and whether a live row has one. The
+    first draw passes for ~97% of rows, so the others are tested only for the rows it fails."""
+    s0 = stamp[:, 0]
+    free = (flat[start[:, :1] + t.h_off[s0]] < t.h_thr[s0]).all(1)
+    ok = live & free
+    which = np.zeros(len(ok), np.int64)
+    retry = np.flatnonzero(live > free)  # live and not free
+    if retry.size:
+        rest = stamp[retry, 1:]
+        passed = (flat[start[retry, 1:, None] + t.h_off[rest]] < t.h_thr[rest]).all(-1)
+        ok[retry] = passed.any(1)
+        which[retry] = passed.argmax(1) + 1
+    return which, ok

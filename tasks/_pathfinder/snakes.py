@@ -93,8 +93,7 @@ def _target_seeds(t: Tables, k: int, rng: np.random.Generator):
     heads = tuple(
         Heads(o.copy(), t.flat(y, x), py, px) for o, y, x, py, px in ((o1, y1, x1, py1, px1), (o2, y2, x2, py2, px2))
     )
-    tails = np.stack([np.stack([y1, x1], 1), np.stack([y2, x2], 1)], 1)  # (k, 2, 2)
-    return alive, heads, tails
+    return alive, heads, (y1, x1, y2, x2)
 
 
 def target_pair(t: Tables, contour: int, rng: np.random.Generator, batch: int) -> Pair:
@@ -108,25 +107,23 @@ def target_pair(t: Tables, contour: int, rng: np.random.Generator, batch: int) -
             continue
         cv = Canvases(t, batch, "targets")
         cv.init(rows, t.base_mask)
-        stamps = np.zeros((batch, 2, contour), np.int64)
-        starts = np.zeros((batch, 2, contour), np.int64)
+        # every row's heads, step by step: a dead row's entries go stale, but only a row alive to the end is read
+        stamps = np.empty((contour, 2, batch), np.int64)
+        starts = np.empty((contour, 2, batch), np.int64)
         for s in (0, 1):
-            stamps[:, s, 0], starts[:, s, 0] = heads[s].stamp, heads[s].start
+            stamps[0, s], starts[0, s] = heads[s].stamp, heads[s].start
         for step in range(1, contour):
             for s in (0, 1):
-                rows = np.flatnonzero(alive)
                 if rows.size == 0:
                     break
-                ok = extend(t, cv, heads[s], rows, rng)
-                alive[rows[~ok]] = False
-                done = rows[ok]
-                stamps[done, s, step], starts[done, s, step] = heads[s].stamp[done], heads[s].start[done]
-        won = np.flatnonzero(alive)
-        if won.size:
-            a = won[0]
+                rows = rows[extend(t, cv, heads[s], rows, rng)]
+                stamps[step, s], starts[step, s] = heads[s].stamp, heads[s].start
+        if rows.size:
+            a = rows[0]
             ends = np.array([np.divmod(heads[s].start[a], t.width) for s in (0, 1)]) - t.pad
-            snakes = (Snake(stamps[a, 0], starts[a, 0]), Snake(stamps[a, 1], starts[a, 1]))
-            return Pair(snakes, tails[a], ends, tried - batch + int(a) + 1)
+            snakes = tuple(Snake(stamps[:, s, a].copy(), starts[:, s, a].copy()) for s in (0, 1))
+            y1, x1, y2, x2 = (c[a] for c in tails)
+            return Pair(snakes, np.array([[y1, x1], [y2, x2]]), ends, tried - batch + int(a) + 1)
     raise RuntimeError(f"no pair of target snakes in {tried} tries ({t.size} px, margin {t.margin})")
 
 
@@ -137,15 +134,16 @@ def _distractor_seeds(t: Tables, lined: np.ndarray, k: int, rng: np.random.Gener
     n = t.size
     o = rng.integers(-180, 180, (k, SEED_TRIES)) + 180
     q = rng.integers(0, n * n, (k, SEED_TRIES, PROBES))
-    probe = t.flat(q // n, q % n)
-    free = (lined[probe[..., None] + t.foot[o][:, :, None, :]] <= t.free_level).all(-1)
-    found = free.any(-1) & ~t.seed_dead[o]
-    tail = np.take_along_axis(q, free.argmax(-1)[..., None], -1)[..., 0]
-    for i, j in zip(*np.nonzero(~found & ~t.seed_dead[o])):
-        every = t.flat(*np.divmod(np.arange(n * n), n))
-        ok = np.flatnonzero((lined[every[:, None] + t.foot[o[i, j]]] <= t.free_level).all(1))
-        if ok.size:
-            found[i, j], tail[i, j] = True, ok[rng.integers(ok.size)]
+    free = (lined[t.pixel[q][..., None] + t.foot[o][:, :, None, :]] <= t.free_level).all(-1)
+    hit, live = free.any(-1), ~t.seed_dead[o]
+    found = hit & live
+    tail = q[np.arange(k)[:, None], np.arange(SEED_TRIES), free.argmax(-1)]
+    missed = ~hit & live
+    if missed.any():  # every probe taken: count the free set
+        for i, j in zip(*np.nonzero(missed)):
+            ok = np.flatnonzero((lined[t.pixel[:, None] + t.foot[o[i, j]]] <= t.free_level).all(1))
+            if ok.size:
+                found[i, j], tail[i, j] = True, ok[rng.integers(ok.size)]
     y, x = np.divmod(tail, n)
     py, px, out = _seed_ends(t, o, y, x)
     stopped, first = _first_stop(~found | ~out)
@@ -175,21 +173,17 @@ def distractors(t: Tables, image: Canvases, count: int, length: int, rng: np.ran
             continue
         cv = Canvases(t, DISTRACTOR_TRIES, "tries")
         cv.init(rows, mask)
-        stamps = np.zeros((DISTRACTOR_TRIES, length), np.int64)
-        starts = np.zeros((DISTRACTOR_TRIES, length), np.int64)
-        stamps[:, 0], starts[:, 0] = heads.stamp, heads.start
+        stamps = np.empty((length, DISTRACTOR_TRIES), np.int64)  # as in target_pair: only a whole snake is read
+        starts = np.empty((length, DISTRACTOR_TRIES), np.int64)
+        stamps[0], starts[0] = heads.stamp, heads.start
         for step in range(1, length):
-            rows = np.flatnonzero(alive)
             if rows.size == 0:
                 break
-            ok = extend(t, cv, heads, rows, rng)
-            alive[rows[~ok]] = False
-            done = rows[ok]
-            stamps[done, step], starts[done, step] = heads.stamp[done], heads.start[done]
-        won = np.flatnonzero(alive)
-        if won.size:
-            a = won[:1]
+            rows = rows[extend(t, cv, heads, rows, rng)]
+            stamps[step], starts[step] = heads.stamp, heads.start
+        if rows.size:
+            a = rows[:1]
             image.init(np.array([0]), cv.mask[a[0]])
             image.paste(t, np.array([0]), heads.stamp[a], heads.start[a])
-            placed.append(Snake(stamps[a[0]], starts[a[0]]))
+            placed.append(Snake(stamps[:, a[0]].copy(), starts[:, a[0]].copy()))
     return placed

@@ -58,6 +58,10 @@ class Tables:
         # translate_coord(pivot, orientation, length + 2 * margin): the next pivot
         self.next_dy = float(length + 2 * margin) * sin(angle)
         self.next_dx = float(length + 2 * margin) * cos(angle)
+        # the same per (orientation, pivot row or column + pad): the float sums and ceilings done once
+        coord = np.arange(self.width) - self.pad
+        self.next_y = np.ceil(coord[None, :] + self.next_dy[:, None]).astype(np.int64)
+        self.next_x = np.ceil(coord[None, :] + self.next_dx[:, None]).astype(np.int64)
         # a seed's head (tail + length) and pivot (head + length + margin backwards)
         rev = np.where(seed_angle + np.pi < np.pi, seed_angle + np.pi, seed_angle - np.pi)
         self.head_dy, self.head_dx = float(length) * sin(seed_angle), float(length) * cos(seed_angle)
@@ -75,6 +79,7 @@ class Tables:
         width = self.step_idx.shape[1]
         self.step_w = np.stack([np.pad(weights[i, r], (0, width - len(r))) for i, r in enumerate(rows)])
         self.step_off = cand[self.step_idx, 0] * (self.size + 2 * self.pad) + cand[self.step_idx, 1]
+        self.step_stamp = N_SEED + self.step_idx  # the stamp id of each candidate's paddle
 
     def _levels(self) -> None:
         """Per 8-bit level a of the mask (b of a new paddle's mask): the original's float comparisons."""
@@ -89,16 +94,18 @@ class Tables:
             "distractor": _levels_f32(spec.distractor_contrast),
             "marker": np.arange(256, dtype=np.float64) / 255,
         }
+        assert all((np.diff(v) >= 0).all() for v in self.value.values())  # draw.render: max level = max value
 
     def _stamps(self, spec: Spec, margin: int, w: int) -> None:
         """Ink, mask, dilated mask and collision pixels of every paddle, as flat canvas offsets from its start."""
         half = self.half
         ys, xs = np.mgrid[-half : half + 1, -half : half + 1]
         flat = (ys * w + xs).ravel()
-        self.ink, m_off, m_val, h_off, h_thr = [], [], [], [], []
+        self.ink, m_off, m_val, h_off, h_thr, self._masks = [], [], [], [], [], []
         for angle in self.draw_angle:
             ink, mask = paddle(spec, margin, angle)
             self.ink.append(ink)
+            self._masks.append(mask)
             m = mask.ravel()
             keep = np.flatnonzero(m)
             m_off.append(flat[keep])
@@ -111,6 +118,8 @@ class Tables:
         self.ink_off = flat
         self.m_off, self.m_val = _pad_rows(m_off), _pad_rows(m_val, dtype=np.uint8)
         self.h_off, self.h_thr = _pad_rows(h_off), _pad_rows(h_thr, empty=256, dtype=np.int16)
+        if self.h_thr.max() <= 255:  # no stamp without collision pixels: compare uint8 with uint8
+            self.h_thr = self.h_thr.astype(np.uint8)
 
     def _seed_footprints(self, length: int, margin: int, w: int) -> None:
         """seed_snake's dilation struct per seed orientation: the pixels where the paddle's mask, drawn from
@@ -119,7 +128,7 @@ class Tables:
         span, half = length + margin, self.half
         offs, boxes, structs = [], [], []
         for sid in range(N_SEED):
-            mask = paddle(self.spec, margin, self.draw_angle[sid])[1]
+            mask = self._masks[sid]  # the seed paddle's mask, drawn by _stamps
             struct = np.zeros((2 * span + 1, 2 * span + 1), np.uint8)
             lo = half - (span + 1)  # stamp row of struct row 0
             struct[:] = mask[lo : lo + 2 * span + 1, lo : lo + 2 * span + 1]  # lo >= 0: half >= span + 1
@@ -131,6 +140,7 @@ class Tables:
         self.foot = _pad_rows(offs)
         self.foot_box = np.array(boxes, np.int64)
         self.seed_dead = np.array([_struct_leaves_image(d, self.size) for d in structs])
+        del self._masks
 
     def _canvas(self, spec: Spec, margin: int, w: int) -> None:
         """The padded canvas: where the image is, the padding band (the mask's start) and its dilation."""
@@ -142,6 +152,8 @@ class Tables:
         p = spec.padding
         band[pad + p : pad + size - p, pad + p : pad + size - p] = 0
         self.inside = inside.ravel()
+        self.origin = pad * w + pad  # flat index of image pixel (0, 0)
+        self.pixel = (self.origin + np.arange(size)[:, None] * w + np.arange(size)).ravel()  # image y * size + x
         self.base_mask = band.ravel()
         dy, dx = np.nonzero(disk(margin))
         self.disk_off = (dy - margin) * w + (dx - margin)
