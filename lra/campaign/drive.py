@@ -368,7 +368,7 @@ class Session:
                 f"stage {stage.index}/{len(self.stages)} {stage.task} at step {self.progress(stage)} of {stage.steps}"
             )
         )
-        files = sorted(p for p in self.opts.state.rglob("*") if p.is_file() and p.suffix != ".lock")
+        files = sorted(p for p in self.opts.state.rglob("*") if p.is_file() and p.suffix not in (".lock", ".log"))
         size = sum(p.stat().st_size for p in files)
         console.print(
             f"[bold]campaign[/] {self.opts.state}: {where}; session {self.entry['n']} ({self.entry['ended']}, "
