@@ -17,7 +17,8 @@
 #              packed GPU tests beside them
 #           g (and h, the same): wait for those runs to end, then `lra campaign path-x` detached (once), stopping
 #              CAMPAIGN_END seconds after this call's start (from `status`'s budget_left_s, less the last call's tar
-#              and a margin), and wait for it; its state comes back
+#              and a margin), and wait for it; its state comes back. EXTRA=image starts issue 37's Image lines
+#              (phase b's) detached beside the campaign, ending before it (carry [".device"], as phase b)
 # LIMIT_S  wall seconds this call may use (keep it 40 s under the call's timeout: the archives are written after)
 # COMMIT   the commit being run (the copied .git is stale): goes into every record
 # PRESET=tiny in the environment (with DEVICE=cpu) dry-runs phases c and d on a CPU, to check the script itself;
@@ -80,15 +81,17 @@ pathfinder_resume() {  # every unfinished in-flight run, with the time left (RUN
     done
 }
 
-image_lines() {  # docs/image_fidelity.md's run plan, 12,000 steps each
+image_lines() {  # docs/image_fidelity.md's run plan, 12,000 steps each (RUN=detach: detached, RUN_S seconds)
+    local run=${RUN:-bg} limit
+    limit=$([ "$run" = detach ] && echo "${RUN_S:-1500}" || left)
     lra data prepare image --from .device/cifar10_jpeg.tar.gz > "$LOGS/prep-image.log" 2>&1
-    local s=(--preset fa-paper --seed 0 --set train.steps=12000 --time-limit "$(left)s")
+    local s=(--preset fa-paper --seed 0 --set train.steps=12000 --time-limit "${limit}s")
     local pad=(--set data.black_padding=true --set model.pool=mean_all)
-    bg img-l1 run image --attn sdpa_flash "${s[@]}" "${pad[@]}" --set train.schedule=onecycle --set train.amp=fp16
-    bg img-l2 run image --attn sdpa_flash "${s[@]}" "${pad[@]}"
-    bg img-l3 run image --attn flash "${s[@]}" --set train.amp=none --set attention.flash.allow_tf32=true
-    bg img-l4 run image --attn flash "${s[@]}" --set model.attention_dropout=0
-    bg img-l0 run image --attn sdpa_flash "${s[@]}"
+    $run img-l1 run image --attn sdpa_flash "${s[@]}" "${pad[@]}" --set train.schedule=onecycle --set train.amp=fp16
+    $run img-l2 run image --attn sdpa_flash "${s[@]}" "${pad[@]}"
+    $run img-l3 run image --attn flash "${s[@]}" --set train.amp=none --set attention.flash.allow_tf32=true
+    $run img-l4 run image --attn flash "${s[@]}" --set model.attention_dropout=0
+    $run img-l0 run image --attn sdpa_flash "${s[@]}"
 }
 
 packed_tests() {  # the packed step's GPU tests (compile max with CUDA graphs against eager)
@@ -166,6 +169,8 @@ g | h)
     until_end=$((${CAMPAIGN_END:?set CAMPAIGN_END} - ($(date +%s) - START)))
     if ! [ -f /tmp/lra/pids/campaign-path-x-bsf2.pid ] && [ "$until_end" -gt 150 ]; then
         detach campaign-path-x-bsf2 campaign "${CAMPAIGN[@]}" --time-limit "${until_end}s"
+        # EXTRA=image: issue 37's Image lines beside it, on the GPU the campaign leaves idle while it draws data
+        [ "${EXTRA:-}" = image ] && RUN=detach RUN_S=$((until_end - 90)) image_lines
     fi
     wait_detached 'campaign-*'
     ;;
