@@ -58,6 +58,12 @@ def test_the_curriculum_chain_comes_from_the_presets():
     assert split_sets(["a.b=1", "path-x:c.d=2"]) == (["a.b=1"], {"path-x": ["c.d=2"]})
     with pytest.raises(ConfigError, match="builds another model"):
         plan_stages("path-x", attn="flash", preset="curriculum", seed=0, overrides=["path-x:model.layers=3"])
+    with pytest.raises(ConfigError, match=r"model.pool: 'cls' vs 'mean_all'"):  # a CLS token is a weight
+        plan_stages("path-x", attn="flash", preset="curriculum", seed=0, overrides=["path-x:model.pool=cls"])
+    free = ["path-x:model.pool=mean", "path-x:model.dropout=0.0", "path-64:model.pack_tokens=false"]
+    stages = plan_stages("path-x", attn="flash", preset="curriculum", seed=0, overrides=free)
+    assert [(s.config.model.pool, s.config.model.dropout) for s in stages] == [
+        ("mean_all", 0.1), ("mean_all", 0.1), ("mean", 0.0)]  # fmt: skip
     with pytest.raises(ConfigError, match="no stage of this campaign"):
         plan_stages("path-x", attn="flash", preset="curriculum", seed=0, overrides=["path-256:train.steps=5"])
 

@@ -4,7 +4,7 @@ folder of the campaign's state), that one the stage before it, and so on back to
 `configs/path-x.yaml`'s curriculum preset starts from `path-64`, whose preset starts from `pathfinder`: the chain
 Pathfinder-32 -> Path-64 -> Path-X lives in the YAML, one line per link, beside what the paper does there.
 Every stage must build the same model (only the positional table may differ in length: it is upsampled), or one
-could not start from another.
+could not start from another; settings that hold no weights (dropout, packing, mean or mean_all pooling) may differ.
 """
 
 from __future__ import annotations
@@ -77,13 +77,22 @@ def plan_stages(target: str, *, attn: str, preset: str, seed: int, overrides: li
     return stages
 
 
+# Model settings that hold no weights, so a stage may set its own: dropout rates, packing, and a pooling among those
+# that add no parameter (cls adds its token).
+FREE = ("dropout", "attention_dropout", "pack_tokens")
+FREE_POOLS = ("mean", "mean_all")
+
+
 def check_same_model(stages: list[Stage]) -> None:
-    """Every stage's model settings equal the first's: the weights carry over (positions aside)."""
+    """Every stage's model settings equal the first's, but for those that hold no weights (FREE, FREE_POOLS): the
+    weights carry over (positions aside)."""
     first = stages[0]
     model = first.config.to_dict()["model"]
     for stage in stages[1:]:
         theirs = stage.config.to_dict()["model"]
-        diffs = [k for k in sorted(model) if model[k] != theirs.get(k)]
+        pools_free = {model.get("pool"), theirs.get("pool")} <= set(FREE_POOLS)
+        diffs = [k for k in sorted(model) if model[k] != theirs.get(k) and k not in FREE
+                 and not (k == "pool" and pools_free)]  # fmt: skip
         if diffs:
             key = diffs[0]
             raise ConfigError(
