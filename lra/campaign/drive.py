@@ -260,13 +260,10 @@ class Session:
     def await_prefetch(self, prefetch: Prefetch, item: dict[str, Any]) -> str:
         """Wait for the next stage's draw while the time allows: 'done', 'failed' (the next stage draws it again) or
         'running' (stopped for the time limit)."""
-        left = None if self.budget is None else self.budget.remaining() - self.budget.margin() - START_S
-        if left is not None and left <= 0:
-            ended = prefetch.wait(0)
-        else:
-            if prefetch.proc.poll() is None:
-                console.print(f"campaign: waiting for {prefetch.task}'s data (log: {prefetch.log})", highlight=False)
-            ended = prefetch.wait(1e9 if left is None else left)
+        left = 1e9 if self.budget is None else self.budget.remaining() - self.budget.margin() - START_S
+        if left > 0 and prefetch.outcome() == "running":
+            console.print(f"campaign: waiting for {prefetch.task}'s data (log: {prefetch.log})", highlight=False)
+        ended = prefetch.wait(left)
         item["prefetch"] |= {"s": prefetch.seconds(), "ended": "stopped" if ended == "running" else ended}
         if ended == "failed":
             console.print(f"[yellow]campaign: drawing {prefetch.task}'s data beside the training failed[/] (see "

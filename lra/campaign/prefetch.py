@@ -42,12 +42,10 @@ class Prefetch:
                                          start_new_session=True)  # fmt: skip
 
     def wait(self, timeout: float) -> str:
-        """Wait up to `timeout` seconds: 'done', 'failed' (it exited with an error) or 'running'."""
-        try:
-            rc = self.proc.wait(timeout=max(0.0, timeout))
-        except subprocess.TimeoutExpired:
-            return "running"
-        return "done" if rc == 0 else "failed"
+        """Wait up to `timeout` seconds, then say how it stands (`outcome`)."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=max(0.0, timeout))
+        return self.outcome()
 
     def stop(self) -> None:
         """End the draw and its worker processes (nothing half-drawn is kept), if it still runs."""
