@@ -5,12 +5,16 @@
 Pinning means a shape the chosen kernel cannot take is an error, never a silent fall-back to another kernel.
 
 The flash and cuDNN kernels take no arbitrary mask, so key padding reaches them as an extra head-dim column: q gets
-a column of ones, k a column of 0 (real) or -30000/scale (padding), v a column of zeros, padded up to a multiple of 8.
-exp() of the padded scores underflows to exactly 0, so the result is exact; it costs the wider head dim.
+a column of c, k a column of 0 (real) or -30000 / (scale c) (padding), v a column of zeros, padded up to a multiple of
+8, so a padded key's score is -30000 after the kernel's scale. exp() of it underflows to exactly 0, so the result is
+exact; it costs the wider head dim. c = sqrt(30000 / scale) keeps both factors finite in fp16 at every head dim
+(under 700): -30000 / scale alone overflows fp16 from head dim 5 on, and an infinite score is NaN in
+FlashAttention-2's non-causal forward wherever a key tile is all padding (its row maximum is then -inf).
 """
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import torch
@@ -21,7 +25,7 @@ from attention_impls.base import AttentionBackend, Capabilities
 from attention_impls.masking import safe_key_mask, zero_padded_inputs, zero_padded_outputs
 from attention_impls.registry import register_backend
 
-_MASK_BIAS = -30000.0  # representable in fp16/bf16; exp(-30000) is 0 in every float format
+_MASK_BIAS = -30000.0  # a padded key's score after scaling; exp(-30000) is 0 in every float format
 
 
 class _SDPA(AttentionBackend):
@@ -57,10 +61,11 @@ def _append_bias_column(q, k, v, keys: torch.Tensor, scale: float):
     extra = 8 - d % 8 if d % 8 else 8
     b, h, nq, _ = q.shape
     nk = k.shape[2]
+    c = math.sqrt(-_MASK_BIAS / scale)  # q's factor; k's is _MASK_BIAS / (scale c) = -c: both finite in fp16
     q_pad = q.new_zeros(b, h, nq, extra)
-    q_pad[..., 0] = 1.0
+    q_pad[..., 0] = c
     k_pad = k.new_zeros(b, h, nk, extra)
-    k_pad[..., 0] = torch.where(keys, 0.0, _MASK_BIAS / scale)[:, None, :].to(k.dtype)
+    k_pad[..., 0] = torch.where(keys, 0.0, -c)[:, None, :].to(k.dtype)
     v_pad = v.new_zeros(b, h, nk, extra)
     return torch.cat([q, q_pad], -1), torch.cat([k, k_pad], -1), torch.cat([v, v_pad], -1)
 
