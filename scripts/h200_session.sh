@@ -17,8 +17,10 @@
 #              packed GPU tests beside them
 #           g (and h, the same): wait for those runs to end, then `lra campaign path-x` detached (once), stopping
 #              CAMPAIGN_END seconds after this call's start (from `status`'s budget_left_s, less the last call's tar
-#              and a margin), and wait for it; its state comes back. EXTRA=image starts issue 37's Image lines
-#              (phase b's) detached beside the campaign, ending before it (carry [".device"], as phase b)
+#              and a margin), and wait for it; its state comes back. EXTRA (words) starts more beside it, detached:
+#              image / image2: issue 37's Image lines, first / second round, ending before it (carry [".device"]);
+#              path-256: `lra campaign path-256` from this one's Path-64 stage (campaigns/path-256-bsf); gpu-tests:
+#              the SDPA padding column's GPU tests (before the others)
 # LIMIT_S  wall seconds this call may use (keep it 40 s under the call's timeout: the archives are written after)
 # COMMIT   the commit being run (the copied .git is stale): goes into every record
 # PRESET=tiny in the environment (with DEVICE=cpu) dry-runs phases c and d on a CPU, to check the script itself;
@@ -92,6 +94,20 @@ image_lines() {  # docs/image_fidelity.md's run plan, 12,000 steps each (RUN=det
     $run img-l3 run image --attn flash "${s[@]}" --set train.amp=none --set attention.flash.allow_tf32=true
     $run img-l4 run image --attn flash "${s[@]}" --set model.attention_dropout=0
     $run img-l0 run image --attn sdpa_flash "${s[@]}"
+}
+
+image_lines2() {  # docs/image_fidelity.md's second round: the black-pixel drop and the fp16 NaN, seed 1, the exact
+    # reference backend and flash's compact path (RUN=detach: detached, RUN_S seconds)
+    local run=${RUN:-bg} limit
+    limit=$([ "$run" = detach ] && echo "${RUN_S:-1500}" || left)
+    lra data prepare image --from .device/cifar10_jpeg.tar.gz > "$LOGS/prep-image.log" 2>&1
+    local s=(--preset fa-paper --set train.steps=12000 --time-limit "${limit}s")
+    local pad=(--set data.black_padding=true --set model.pool=mean_all)
+    $run img2-l1 run image --attn sdpa_flash "${s[@]}" --seed 0 "${pad[@]}" --set train.schedule=onecycle --set train.amp=fp16
+    $run img2-l2s1 run image --attn sdpa_flash "${s[@]}" --seed 1 "${pad[@]}"
+    $run img2-l0s1 run image --attn sdpa_flash "${s[@]}" --seed 1
+    $run img2-l5 run image --attn naive "${s[@]}" --seed 0 "${pad[@]}"
+    $run img2-l6 run image --attn flash "${s[@]}" --seed 0 "${pad[@]}" --set attention.flash.compact_padding=true
 }
 
 packed_tests() {  # the packed step's GPU tests (compile max with CUDA graphs against eager)
@@ -169,8 +185,19 @@ g | h)
     until_end=$((${CAMPAIGN_END:?set CAMPAIGN_END} - ($(date +%s) - START)))
     if ! [ -f /tmp/lra/pids/campaign-path-x-bsf2.pid ] && [ "$until_end" -gt 150 ]; then
         detach campaign-path-x-bsf2 campaign "${CAMPAIGN[@]}" --time-limit "${until_end}s"
-        # EXTRA=image: issue 37's Image lines beside it, on the GPU the campaign leaves idle while it draws data
-        [ "${EXTRA:-}" = image ] && RUN=detach RUN_S=$((until_end - 90)) image_lines
+        for extra in ${EXTRA:-}; do  # beside it, on the GPU that the campaign leaves idle while it draws data
+            case $extra in
+            image) RUN=detach RUN_S=$((until_end - 90)) image_lines ;;     # issue 37, first round
+            image2) RUN=detach RUN_S=$((until_end - 90)) image_lines2 ;;   # issue 37, second round
+            path-256)  # issue 36's second target: Path-256 from this campaign's Path-64 stage, on 8 of the cores
+                [ -d /tmp/lra/campaigns/path-256-bsf ] || { [ -d campaigns/path-256-bsf ] && cp -r campaigns/path-256-bsf /tmp/lra/campaigns/; }
+                detach campaign-path-256-bsf campaign path-256 --attn "${ATTN:-block_sparse_flash}" \
+                    --state /tmp/lra/campaigns/path-256-bsf --from /tmp/lra/campaigns/path-x-bsf2 --device "$DEVICE" \
+                    --workers 8 --time-limit "${until_end}s" ;;
+            gpu-tests) timeout 180 python3 -m pytest -q -m gpu tests/test_sdpa_bias_column.py > "$LOGS/gpu-tests-sdpa.log" 2>&1 ;;
+            *) echo "unknown EXTRA item $extra (image, image2, path-256, gpu-tests)" >&2 ;;
+            esac
+        done
     fi
     wait_detached 'campaign-*'
     ;;
