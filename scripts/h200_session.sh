@@ -29,8 +29,9 @@
 # Image needs the CIFAR-10 archive: `mkdir -p .device && cp ../shared/data/cifar10_jpeg.tar.gz .device/` here, and
 # carry [".device"]. Runs live in /tmp/lra (kept while the machine stays warm; the next call must come within 30 s);
 # a bare machine restores the Pathfinder runs from leaderboard/in_flight. Everything comes back as $OUT/back.tgz:
-# the records (results/), the logs and the state of every unfinished Pathfinder run (after a call, unpack it and
-# replace the run folders under leaderboard/in_flight/pathfinder, then commit, before the next call copies the tree).
+# the records (results/), the logs, the campaigns' state (after a call, before the next: `bash scripts/take_back.sh
+# FILES_AT` commits it) and the state of every unfinished Pathfinder run (unpack it and replace the run folders under
+# leaderboard/in_flight/pathfinder, then commit, before the next call copies the tree).
 set -uo pipefail
 PHASE=$1 LIMIT=$2
 export LRA_GIT_COMMIT=$3 PYTHONPATH=$PWD LRA_DATA=/tmp/lra/data LRA_RESULTS=/tmp/lra/results LRA_RUNS=/tmp/lra/runs

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Between two device calls of scripts/h200_session.sh: bring the campaigns' state home and commit it, so that the
+# next call resumes from it even if it lands on a new, bare machine. Run here, in the repository root:
+#
+#     bash scripts/take_back.sh FILES_AT
+#
+# FILES_AT  the call's files_at folder (it holds back.tgz)
+# Every campaign state folder in the archive replaces campaigns/NAME; nothing else is touched (curate the records in
+# its results/ by hand once a stage is done). Takes a second or two: the next call must still come within 30 s.
+set -euo pipefail
+archive=${1:?give the call\'s files_at folder}/back.tgz
+[ -f "$archive" ] || { echo "no $archive: was the call's OUT written?" >&2; exit 2; }
+unpacked=$(mktemp -d)
+trap 'rm -rf "$unpacked"' EXIT
+tar -xzf "$archive" -C "$unpacked" campaigns 2> /dev/null || { echo "no campaigns/ in $archive: nothing to commit"; exit 0; }
+mkdir -p campaigns
+for state in "$unpacked"/campaigns/*/; do
+    name=$(basename "$state")
+    [ -f "$state/campaign.json" ] || { echo "skipping $name: no campaign.json" >&2; continue; }
+    if [ -f "campaigns/$name/campaign.json" ] && ! python3 - "campaigns/$name/campaign.json" "$state/campaign.json" <<'PY'
+import json, sys
+def steps(path):  # steps done over all stages: a state never goes back unless it was restarted from scratch
+    return sum(s.get("steps", 0) or 0 for s in json.load(open(path))["stages"].values())
+sys.exit(0 if steps(sys.argv[2]) >= steps(sys.argv[1]) else 1)
+PY
+    then
+        echo "skipping $name: the archive's state is behind the committed one (a call that started it afresh?)" >&2
+        continue
+    fi
+    rm -rf "campaigns/$name.new" && cp -r "$state" "campaigns/$name.new"
+    rm -rf "campaigns/$name" && mv "campaigns/$name.new" "campaigns/$name"
+    git add -A "campaigns/$name"
+done
+git diff --cached --quiet -- campaigns || git commit -q -m "campaign state after a device call ($(basename "$1"))" -- campaigns
+git log --oneline -1
