@@ -42,9 +42,11 @@ from tasks import build_task
 
 LOCK = "campaign.lock"
 GITIGNORE = "*.lock\n*.log\n"
-# Core-seconds to draw one image at each resolution (H200 machine: Path-X's 200,000 in 7 min 55 s on 16 cores,
-# Path-64's 84,000 in ~4 min; 32 and 256 px estimated), to judge whether a stage's data fits the time left.
-DRAW_CORE_S = {32: 0.01, 64: 0.046, 128: 0.038, 256: 0.16}
+# Core-seconds to draw one image at each resolution, to judge whether a stage's data fits the time left. Measured on
+# the H200 machine (2026-12-04, drawing beside training): Pathfinder-32's 200,000 in 82 s on 16 cores (0.0066),
+# Path-64's in 598 s on 14 (0.042), Path-X's in 353 s on 14 (0.025); 256 px from this project's 2-core VM (0.0075,
+# which draws 128 px 1.3x faster than that machine), with a margin.
+DRAW_CORE_S = {32: 0.01, 64: 0.046, 128: 0.03, 256: 0.015}
 START_S = 90.0  # a stage needs at least this long after its data: compilation, a first window, a checkpoint
 KEPT = (CONFIG, METRICS, SUMMARY, BEST)  # a finished stage's files
 SPARE_CORES = 2  # left to the training process (its data loading) while the next stage's data is drawn
