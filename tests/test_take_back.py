@@ -1,0 +1,81 @@
+"""scripts/take_back.sh: a device call's campaign state comes home and is committed, unless it went back."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "take_back.sh"
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+pytestmark = pytest.mark.skipif(shutil.which("git") is None or shutil.which("bash") is None, reason="needs git, bash")
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=repo, env=os.environ | GIT_ENV, check=True, capture_output=True, text=True
+    ).stdout
+
+
+def state(folder: Path, steps: dict[str, int], checkpoint: bytes) -> None:
+    """A campaign state folder: a ledger with these steps per stage and one checkpoint file."""
+    (folder / "pathfinder").mkdir(parents=True)
+    ledger = {"stages": {task: {"steps": n} for task, n in steps.items()}, "sessions": []}
+    (folder / "campaign.json").write_text(json.dumps(ledger))
+    (folder / "pathfinder" / "best.pt").write_bytes(checkpoint)
+
+
+def call_files(tmp: Path, name: str, steps: dict[str, int], checkpoint: bytes) -> Path:
+    """A call's files_at folder holding back.tgz with campaigns/path-x-t in it."""
+    staged = tmp / f"staged-{name}" / "campaigns" / "path-x-t"
+    state(staged, steps, checkpoint)
+    files_at = tmp / name
+    files_at.mkdir()
+    with tarfile.open(files_at / "back.tgz", "w:gz") as tar:
+        tar.add(staged.parent, arcname="campaigns")
+    return files_at
+
+
+def take_back(repo: Path, files_at: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(SCRIPT), str(files_at)], cwd=repo, env=os.environ | GIT_ENV, capture_output=True, text=True
+    )
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "README").write_text("x\n")
+    git(repo, "add", "README")
+    git(repo, "commit", "-q", "-m", "start")
+    return repo
+
+
+def test_a_call_s_state_is_committed_and_one_that_went_back_is_refused(repo, tmp_path):
+    ahead = call_files(tmp_path, "1", {"pathfinder": 37440, "path-64": 100}, b"ahead")
+    done = take_back(repo, ahead)
+    assert done.returncode == 0, done.stderr
+    assert (repo / "campaigns/path-x-t/pathfinder/best.pt").read_bytes() == b"ahead"
+    assert git(repo, "status", "--porcelain") == ""
+    assert "campaigns/path-x-t/campaign.json" in git(repo, "show", "--name-only", "HEAD")
+
+    behind = call_files(tmp_path, "2", {"pathfinder": 900}, b"behind")  # a bare machine that started afresh
+    refused = take_back(repo, behind)
+    assert refused.returncode == 0
+    assert "behind the committed one" in refused.stderr
+    assert (repo / "campaigns/path-x-t/pathfinder/best.pt").read_bytes() == b"ahead"
+    assert len(git(repo, "log", "--oneline").splitlines()) == 2
+
+
+def test_a_missing_archive_is_a_clear_error_that_touches_nothing(repo, tmp_path):
+    missing = take_back(repo, tmp_path / "no-such-call")
+    assert missing.returncode == 2
+    assert "back.tgz" in missing.stderr
+    assert not (repo / "campaigns").exists()
