@@ -63,6 +63,10 @@ wait_detached() {  # wait_detached PATTERN: until every detached command named P
     done
 }
 
+run_limit() {  # run_limit RUN: --time-limit seconds of a run started by RUN (detach: RUN_S; else the time left)
+    if [ "$1" = detach ]; then echo "${RUN_S:-1500}"; else left; fi
+}
+
 listops_run() {  # listops_run NAME BACKEND SEED [--set ...]
     local name=$1 attn=$2 seed=$3; shift 3
     bg "$name" run listops --attn "$attn" --preset "$PRESET" --device "$DEVICE" --seed "$seed" --time-limit "$(left)s" "$@"
@@ -77,7 +81,7 @@ pathfinder_resume() {  # every unfinished in-flight run, with the time left (RUN
         [ -f "$LRA_RUNS/pathfinder/$name/summary.json" ] && continue
         local seed=${name#*-s}; seed=${seed%%-*}
         local attn=${name%%-fa-paper*}
-        limit=$([ "$run" = detach ] && echo "${RUN_S:-1500}" || left)
+        limit=$(run_limit "$run")
         $run "pf-$name" run pathfinder --attn "$attn" --preset fa-paper --seed "$seed" --resume \
             --set data.black_padding=true --set model.pool=mean_all --set "attention.$attn.compact_padding=true" \
             --out "$LRA_RUNS/pathfinder/$name" --time-limit "${limit}s"
@@ -86,7 +90,7 @@ pathfinder_resume() {  # every unfinished in-flight run, with the time left (RUN
 
 image_lines() {  # docs/image_fidelity.md's run plan, 12,000 steps each (RUN=detach: detached, RUN_S seconds)
     local run=${RUN:-bg} limit
-    limit=$([ "$run" = detach ] && echo "${RUN_S:-1500}" || left)
+    limit=$(run_limit "$run")
     lra data prepare image --from .device/cifar10_jpeg.tar.gz > "$LOGS/prep-image.log" 2>&1
     local s=(--preset fa-paper --seed 0 --set train.steps=12000 --time-limit "${limit}s")
     local pad=(--set data.black_padding=true --set model.pool=mean_all)
@@ -100,7 +104,7 @@ image_lines() {  # docs/image_fidelity.md's run plan, 12,000 steps each (RUN=det
 image_lines2() {  # docs/image_fidelity.md's second round: the black-pixel drop and the fp16 NaN, seed 1, the exact
     # reference backend and flash's compact path (RUN=detach: detached, RUN_S seconds)
     local run=${RUN:-bg} limit
-    limit=$([ "$run" = detach ] && echo "${RUN_S:-1500}" || left)
+    limit=$(run_limit "$run")
     lra data prepare image --from .device/cifar10_jpeg.tar.gz > "$LOGS/prep-image.log" 2>&1
     local s=(--preset fa-paper --set train.steps=12000 --time-limit "${limit}s")
     local pad=(--set data.black_padding=true --set model.pool=mean_all)

@@ -355,7 +355,7 @@ class Session:
         """Seconds to draw `task`'s splits on `workers` (default: this machine's) processes (DRAW_CORE_S)."""
         workers = workers or self.opts.workers or os.cpu_count() or 1
         images = sum(task.counts.values())
-        return images * DRAW_CORE_S.get(task.resolution, 0.16) / workers
+        return images * DRAW_CORE_S.get(task.resolution, max(DRAW_CORE_S.values())) / workers
 
     def report(self) -> None:
         totals = self.ledger["totals"]
