@@ -28,7 +28,7 @@
 #
 # Image needs the CIFAR-10 archive: `mkdir -p .device && cp ../shared/data/cifar10_jpeg.tar.gz .device/` here, and
 # carry [".device"]. Runs live in /tmp/lra (kept while the machine stays warm; the next call must come within 30 s);
-# a bare machine restores the Pathfinder runs from leaderboard/in_flight. Everything comes back as $OUT/back.tgz:
+# a bare machine restores the Pathfinder runs from leaderboard/in_flight. Everything comes back as $OUT/back.tgz.part*:
 # the records (results/), the logs, the campaigns' state (after a call, before the next: `bash scripts/take_back.sh
 # FILES_AT` commits it) and the state of every unfinished Pathfinder run (unpack it and replace the run folders under
 # leaderboard/in_flight/pathfinder, then commit, before the next call copies the tree).
@@ -216,5 +216,15 @@ for pid in "${PIDS[@]}"; do wait "$pid"; done
 nvidia-smi --query-gpu=name --format=csv,noheader
 grep -H -E "record:|resume with|rror" "$LOGS"/*.log | tail -n 40
 find "$LRA_RUNS/pathfinder" -name summary.json -printf '%h\n' | xargs -r -I{} rm -f {}/last.pt
-tar -czf "$OUT/back.tgz" --exclude='*.lock' -C /tmp/lra results logs runs/pathfinder $(cd /tmp/lra && ls -d campaigns 2>/dev/null)
+# A call brings back at most 8 files of 16 MiB, 64 MiB in all: the archive comes back in 15 MiB parts
+# (back.tgz.part0, ...; take_back.sh joins them). Over 60 MiB, Path-256's state is left out (its stage checkpoints
+# are 17-67 MiB: the resumable one holds Adam's moments of 4.2 M learned positions), with a warning.
+back() { tar -czf /tmp/lra/back.tgz --exclude='*.lock' -C /tmp/lra "$@" results logs runs/pathfinder \
+    $(cd /tmp/lra && ls -d campaigns 2>/dev/null); }
+back
+if [ "$(stat -c %s /tmp/lra/back.tgz)" -gt $((60 * 1024 * 1024)) ]; then
+    echo "WARNING: the archive is over 60 MiB; Path-256's campaign state stays on this machine" >&2
+    back --exclude='campaigns/path-256-*'
+fi
+split -b 15M -d -a 1 /tmp/lra/back.tgz "$OUT/back.tgz.part"
 ls -la "$OUT"

@@ -4,14 +4,19 @@
 #
 #     bash scripts/take_back.sh FILES_AT
 #
-# FILES_AT  the call's files_at folder (it holds back.tgz)
+# FILES_AT  the call's files_at folder (it holds back.tgz, or its parts back.tgz.part0, back.tgz.part1, ...)
 # Every campaign state folder in the archive replaces campaigns/NAME; nothing else is touched (curate the records in
 # its results/ by hand once a stage is done). Takes a second or two: the next call must still come within 30 s.
 set -euo pipefail
-archive=${1:?give the call\'s files_at folder}/back.tgz
-[ -f "$archive" ] || { echo "no $archive: was the call's OUT written?" >&2; exit 2; }
+files_at=${1:?give the call\'s files_at folder}
 unpacked=$(mktemp -d)
 trap 'rm -rf "$unpacked"' EXIT
+archive=$files_at/back.tgz
+if [ ! -f "$archive" ] && compgen -G "$files_at/back.tgz.part*" > /dev/null; then
+    cat "$files_at"/back.tgz.part* > "$unpacked/back.tgz"  # the parts h200_session.sh split it into, in order
+    archive=$unpacked/back.tgz
+fi
+[ -f "$archive" ] || { echo "no back.tgz or back.tgz.part* in $files_at: was the call's OUT written?" >&2; exit 2; }
 tar -xzf "$archive" -C "$unpacked" campaigns 2> /dev/null || { echo "no campaigns/ in $archive: nothing to commit"; exit 0; }
 mkdir -p campaigns
 for state in "$unpacked"/campaigns/*/; do

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import subprocess
 import tarfile
@@ -79,3 +80,19 @@ def test_a_missing_archive_is_a_clear_error_that_touches_nothing(repo, tmp_path)
     assert missing.returncode == 2
     assert "back.tgz" in missing.stderr
     assert not (repo / "campaigns").exists()
+
+
+def test_an_archive_split_into_parts_is_joined_in_order(repo, tmp_path):
+    checkpoint = random.Random(0).randbytes(16384)  # incompressible: the archive spans several parts
+    files_at = call_files(tmp_path, "1", {"pathfinder": 37440}, checkpoint)
+    whole = (files_at / "back.tgz").read_bytes()
+    (files_at / "back.tgz").unlink()
+    size = 4000  # as split -b names them: part0 ... part4
+    for i in range(0, len(whole), size):
+        (files_at / f"back.tgz.part{i // size}").write_bytes(whole[i : i + size])
+    assert len(list(files_at.glob("back.tgz.part*"))) > 2
+
+    done = take_back(repo, files_at)
+    assert done.returncode == 0, done.stderr
+    assert (repo / "campaigns/path-x-t/pathfinder/best.pt").read_bytes() == checkpoint
+    assert git(repo, "status", "--porcelain") == ""
