@@ -217,22 +217,50 @@ def build_model(
     return Classifier(config, backend, **shape)
 
 
+def _grid_sides(n: int, new_len: int) -> tuple[int, int]:
+    side, new_side = math.isqrt(n), math.isqrt(new_len)
+    if side * side != n or new_side * new_side != new_len:
+        raise RunSetupError(f"init_from: positional grids must be square to resize, got {n} -> {new_len} positions")
+    return side, new_side
+
+
 def upsample_grid_positions(pos: torch.Tensor, new_len: int) -> torch.Tensor:
     """Learned positions of a square image (1, s*s, dim) resized to (1, new_len, dim) on the 2-D grid (bilinear).
 
     The FlashAttention paper's Path-X recipe: train on Path-64, then initialise Path-X with the positions upsampled.
+    A feature k pixels long at the small size is then as long as one 2k pixels long at twice the size.
     """
     _, n, dim = pos.shape
-    side, new_side = math.isqrt(n), math.isqrt(new_len)
-    if side * side != n or new_side * new_side != new_len:
-        raise RunSetupError(f"init_from: positional grids must be square to upsample, got {n} -> {new_len} positions")
+    side, new_side = _grid_sides(n, new_len)
     grid = pos.reshape(1, side, side, dim).permute(0, 3, 1, 2)
     grid = F.interpolate(grid, size=(new_side, new_side), mode="bilinear", align_corners=False)
     return grid.permute(0, 2, 3, 1).reshape(1, new_len, dim)
 
 
-def load_init(model: nn.Module, state: dict[str, torch.Tensor]) -> list[str]:
-    """Load weights from another run (shapes may differ only in the positional table, which is upsampled).
+def mirror_grid_positions(pos: torch.Tensor, new_len: int) -> torch.Tensor:
+    """Learned positions of a square image (1, s*s, dim) tiled by reflection onto a larger grid (1, new_len, dim).
+
+    Row (and column) r of the large grid takes row r of the small one, folded back and forth: 0..s-1, s-1..0, 0..
+    Neighbours stay neighbours at the same pixel scale, where upsampling halves it; far apart pixels may share a
+    position. For Pathfinder's larger sizes, whose paddles are as long in pixels at 128 and 256 px as at 64.
+    """
+    _, n, dim = pos.shape
+    side, new_side = _grid_sides(n, new_len)
+    if new_side < side:
+        got = f"{side}x{side} -> {new_side}x{new_side}"
+        raise RunSetupError(f"init_from: mirror tiles a grid onto a larger one, got {got}; use init_positions=upsample")
+    r = torch.arange(new_side, device=pos.device) % (2 * side)
+    rows = torch.where(r < side, r, 2 * side - 1 - r)
+    grid = pos.reshape(side, side, dim)
+    return grid[rows][:, rows].reshape(1, new_len, dim)
+
+
+GRID_RESIZE = {"upsample": upsample_grid_positions, "mirror": mirror_grid_positions}
+
+
+def load_init(model: nn.Module, state: dict[str, torch.Tensor], *, positions: str = "upsample") -> list[str]:
+    """Load weights from another run (shapes may differ only in the positional table, which is resized on the 2-D
+    grid as `positions` says: a GRID_RESIZE key, train.init_positions).
 
     Returns the names that were adapted. The classifier head is taken too: the tasks share their label set.
     """
@@ -243,7 +271,7 @@ def load_init(model: nn.Module, state: dict[str, torch.Tensor]) -> list[str]:
             raise RunSetupError(f"init_from: parameter {name!r} is not in this model; the architectures differ")
         if own[name].shape != value.shape:
             if name.endswith("encoder.pos") and value.dim() == 3:
-                state[name] = upsample_grid_positions(value, own[name].shape[1])
+                state[name] = GRID_RESIZE[positions](value, own[name].shape[1])
                 adapted.append(name)
             else:
                 raise RunSetupError(

@@ -49,7 +49,11 @@ SPEED_SETTINGS = speed_settings()  # the same, for readers of stored records (lr
 
 # Settings added later that stay out of the hash while they hold this value (what every earlier run did): a config
 # that leaves them there hashes as it did before they existed, so the hashes stored in existing records still match.
-QUIET_DEFAULTS: dict[str, dict[str, Any]] = {"data": {"black_padding": False}, "model": {"pack_tokens": False}}
+QUIET_DEFAULTS: dict[str, dict[str, Any]] = {
+    "data": {"black_padding": False},
+    "model": {"pack_tokens": False},
+    "train": {"init_positions": "upsample"},
+}
 
 SECTIONS = ("task", "data", "model", "train", "attention")
 

@@ -138,7 +138,7 @@ def _train(
         state.data_hashes = state.data_hashes or hashes
     else:
         state = RunState(data_hashes=hashes)
-        _init_from(trainer.model, config.train.init_from, root=init_root)
+        _init_from(trainer.model, config.train.init_from, root=init_root, positions=config.train.init_positions)
         payload = {"config": config.to_dict(), "backend": backend, "config_hash": chash}
         payload |= {"world_size": dist.world_size(), "data_hashes": hashes}
         run_dir = rundir.on_main(rundir.create, config, backend, payload, **where)
@@ -174,17 +174,20 @@ def _restore(trainer: Trainer, run_dir: rundir.RunDir, chash: str) -> RunState:
     return RunState(**ckpt["state"])
 
 
-def _init_from(model: torch.nn.Module, source: str | None, root: PathLike | None = None) -> None:
+def _init_from(
+    model: torch.nn.Module, source: str | None, root: PathLike | None = None, positions: str = "upsample"
+) -> None:
     """Start from another run's weights (train.init_from: a run directory or a checkpoint file; a relative path is
-    read from `root` when given)."""
+    read from `root` when given; `positions`: train.init_positions)."""
     if not source:
         return
     path = Path(root or ".") / source
     if path.is_dir():
         path = path / BEST if (path / BEST).is_file() else path / LAST
-    adapted = load_init(model, load_checkpoint(path)["model"])
+    adapted = load_init(model, load_checkpoint(path)["model"], positions=positions)
     if adapted and dist.is_main():
-        console.print(f"init_from {source}: upsampled {', '.join(adapted)} on the 2-D grid")
+        how = "upsampled" if positions == "upsample" else "mirror-tiled"
+        console.print(f"init_from {source}: {how} {', '.join(adapted)} on the 2-D grid")
 
 
 class _Run:

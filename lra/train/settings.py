@@ -178,6 +178,11 @@ class TrainSettings:
     init_from: str | None = setting(
         None, Setting("path", optional=True), "a run directory or checkpoint to start from (positions upsampled)"
     )
+    init_positions: str = setting(
+        "upsample", Setting("enum", choices=("upsample", "mirror")),
+        "init_from's positions onto a larger grid: upsample (bilinear, same picture) or mirror (same pixel scale)",
+        since=True,
+    )  # fmt: skip
     acc_thresholds: tuple[float, ...] = setting(
         [0.5, 0.6, 0.7], Setting("list", item=Setting("float", low=0, high=1)),
         "validation accuracies whose first wall-clock time is recorded",

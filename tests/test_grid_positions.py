@@ -1,0 +1,76 @@
+"""train.init_positions: how init_from fits a smaller grid's learned positions onto a larger one. `mirror` against a
+hand-written index table and through a real model; `upsample` keeps the FlashAttention paper's recipe (bilinear)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lra.core.errors import ConfigError, RunSetupError
+from lra.model import build_model, load_init, mirror_grid_positions, upsample_grid_positions
+from lra.train.config import config_hash, load_config
+
+
+def numbered_grid(side: int, dim: int = 3) -> torch.Tensor:
+    """(1, side*side, dim) positions whose features name their cell: (row, column, row * side + column)."""
+    r, c = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
+    return torch.stack([r, c, r * side + c], dim=-1).reshape(1, side * side, dim).double()[..., :dim]
+
+
+def test_mirror_folds_rows_and_columns_back_and_forth():
+    out = mirror_grid_positions(numbered_grid(2), 7 * 7).reshape(7, 7, 3)
+    rows = [0, 1, 1, 0, 0, 1, 1]  # 0..s-1, s-1..0, 0..: written out for s = 2, seven rows
+    for i in range(7):
+        for j in range(7):
+            assert out[i, j].tolist() == [rows[i], rows[j], rows[i] * 2 + rows[j]]
+
+
+def test_mirror_keeps_neighbours_at_the_same_pixel_scale_where_upsample_halves_it():
+    torch.manual_seed(0)
+    small = torch.randn(1, 64 * 64, 8)
+    grid = small.reshape(64, 64, 8)
+    mirrored = mirror_grid_positions(small, 128 * 128).reshape(128, 128, 8)
+    assert torch.equal(mirrored[:64, :64], grid)  # the first quadrant is the small grid itself
+    assert torch.equal(mirrored[64:, :64], grid.flip(0))  # and the next is its reflection
+    # a step of one pixel moves as far in position space as it did at 64 px; bilinear 2x moves half as far
+    step = (grid[1:] - grid[:-1]).norm(dim=-1).mean()
+    up = upsample_grid_positions(small, 128 * 128).reshape(128, 128, 8)
+    assert (mirrored[1:64] - mirrored[:63]).norm(dim=-1).mean() == pytest.approx(step.item(), rel=1e-6)
+    assert (up[1:] - up[:-1]).norm(dim=-1).mean() < 0.6 * step
+
+
+def test_mirror_onto_a_smaller_or_non_square_grid_is_refused():
+    with pytest.raises(RunSetupError, match="larger one, got 4x4 -> 2x2"):
+        mirror_grid_positions(numbered_grid(4), 4)
+    with pytest.raises(RunSetupError, match="must be square"):
+        mirror_grid_positions(numbered_grid(4), 20)
+
+
+def tiny_model(task: str, positions: str = "upsample"):
+    config = load_config(task, "tiny", ["model.pos_emb=learned", f"train.init_positions={positions}"])
+    seq = {"pathfinder": 32 * 32, "path-64": 64 * 64}[task]
+    return config, build_model(config, "naive", vocab_size=257, seq_len=seq, num_classes=2, pair=False)
+
+
+def test_load_init_mirrors_a_real_model_s_positions_and_takes_every_other_weight():
+    torch.manual_seed(0)
+    _, small = tiny_model("pathfinder")
+    config, large = tiny_model("path-64", "mirror")
+    state = {k: v.clone() for k, v in small.state_dict().items()}
+    adapted = load_init(large, state, positions=config.train.init_positions)
+    assert adapted == ["encoder.pos"]
+    pos = large.state_dict()["encoder.pos"].reshape(64, 64, -1)
+    src = small.state_dict()["encoder.pos"].reshape(32, 32, -1)
+    assert torch.equal(pos[:32, :32], src) and torch.equal(pos[32:, 32:], src.flip(0).flip(1))
+    for name, value in small.state_dict().items():
+        if name != "encoder.pos":
+            assert torch.equal(large.state_dict()[name], value)
+
+
+def test_init_positions_is_checked_and_its_default_leaves_the_config_hash_alone():
+    base = load_config("path-x", "curriculum")
+    assert base.train.init_positions == "upsample"
+    assert config_hash(base) == config_hash(load_config("path-x", "curriculum", ["train.init_positions=upsample"]))
+    assert config_hash(base) != config_hash(load_config("path-x", "curriculum", ["train.init_positions=mirror"]))
+    with pytest.raises(ConfigError, match="train.init_positions = 'nearest' is not valid: expected one of upsample"):
+        load_config("path-x", "curriculum", ["train.init_positions=nearest"])
