@@ -21,10 +21,15 @@
 #              image / image2: issue 37's Image lines, first / second round, ending before it (carry [".device"]);
 #              path-256: `lra campaign path-256` from this one's Path-64 stage (campaigns/path-256-bsf); gpu-tests:
 #              the SDPA padding column's GPU tests (before the others)
+#        i: issue 36's Path-X pilots, the same command on every call of a session (CAMPAIGN_END as for g): Path-X's
+#           data drawn detached on 15 cores (once), then, once it is there, the PILOTS beside each other, detached, each
+#           1,560 steps from path-x-bsf2's Path-64 stage (docs/path_x_campaign.md says why these four)
 # LIMIT_S  wall seconds this call may use (keep it 40 s under the call's timeout: the archives are written after)
 # COMMIT   the commit being run (the copied .git is stale): goes into every record
 # PRESET=tiny in the environment (with DEVICE=cpu) dry-runs phases c and d on a CPU, to check the script itself;
-# phase e with DEVICE=cpu ATTN=naive BENCH=naive SMALL="--set train.batch_size=8 --set data.num_train=32 ...".
+# phase e with DEVICE=cpu ATTN=naive BENCH=naive SMALL="--set train.batch_size=8 --set data.num_train=32 ...";
+# phase i with DEVICE=cpu PILOT_ATTN=naive WORKERS=2 SMALL_DATA="--set data.num_train=32 ..." SMALL="--set ..."
+# PILOT_STEPS=4.
 #
 # Image needs the CIFAR-10 archive: `mkdir -p .device && cp ../shared/data/cifar10_jpeg.tar.gz .device/` here, and
 # carry [".device"]. Runs live in /tmp/lra (kept while the machine stays warm; the next call must come within 30 s);
@@ -206,8 +211,25 @@ g | h)
     fi
     wait_detached 'campaign-*'
     ;;
+i)
+    until_end=$((${CAMPAIGN_END:?set CAMPAIGN_END} - ($(date +%s) - START)))
+    prep=(data prepare path-x --preset curriculum --workers "${WORKERS:-15}" ${SMALL_DATA:-})
+    [ -f /tmp/lra/pids/prep-path-x.pid ] || detach prep-path-x "${prep[@]}"
+    wait_detached prep-path-x
+    if grep -q prepared "$LOGS/prep-path-x.log" && ! compgen -G "/tmp/lra/pids/pilot-*.pid" > /dev/null; then
+        base=(--preset curriculum --seed 0 --device "$DEVICE" --time-limit "$((until_end - 60))s" ${SMALL_DATA:-} ${SMALL:-}
+              --set train.steps="${PILOT_STEPS:-1560}" --set train.init_from=campaigns/path-x-bsf2/path-64)
+        mirror=(--set train.init_positions=mirror) mean=(--set model.pool=mean)
+        bsf=${PILOT_ATTN:-block_sparse_flash} flash=${PILOT_ATTN:-flash}
+        detach pilot-mirror run path-x --attn "$bsf" "${base[@]}" "${mirror[@]}"
+        detach pilot-mean run path-x --attn "$bsf" "${base[@]}" "${mean[@]}"
+        detach pilot-flash run path-x --attn "$flash" "${base[@]}"
+        detach pilot-all run path-x --attn "$flash" "${base[@]}" "${mirror[@]}" "${mean[@]}"
+    fi
+    wait_detached 'pilot-*'
+    ;;
 *)
-    echo "unknown phase $PHASE (a to h)" >&2
+    echo "unknown phase $PHASE (a to i)" >&2
     exit 2
     ;;
 esac
