@@ -23,7 +23,9 @@
 #              the SDPA padding column's GPU tests (before the others)
 #        i: issue 36's Path-X pilots, the same command on every call of a session (CAMPAIGN_END as for g): Path-X's
 #           data drawn detached on 15 cores (once), then, once it is there, the PILOTS beside each other, detached, each
-#           1,560 steps from path-x-bsf2's Path-64 stage (docs/path_x_campaign.md says why these four)
+#           1,560 steps from path-x-bsf2's Path-64 stage (docs/path_x_campaign.md says why these four); PILOTS=0
+#           skips them. FOLLOW="--set path-x:KEY=VALUE ..." FOLLOW_NAME=NAME (on the calls after a pilot left chance):
+#           once no pilot runs, `lra campaign path-x --from path-x-bsf2` into campaigns/path-x-NAME with those settings
 # LIMIT_S  wall seconds this call may use (keep it 40 s under the call's timeout: the archives are written after)
 # COMMIT   the commit being run (the copied .git is stale): goes into every record
 # PRESET=tiny in the environment (with DEVICE=cpu) dry-runs phases c and d on a CPU, to check the script itself;
@@ -66,6 +68,14 @@ wait_detached() {  # wait_detached PATTERN: until every detached command named P
         [ -f "$f" ] || continue
         while kill -0 "$(cat "$f")" 2> /dev/null && [ "$(left)" -gt 30 ]; do sleep 5; done
     done
+}
+
+alive() {  # alive PATTERN: whether a detached command named PATTERN is still running
+    local f
+    for f in /tmp/lra/pids/$1.pid; do
+        [ -f "$f" ] && kill -0 "$(cat "$f")" 2> /dev/null && return 0
+    done
+    return 1
 }
 
 run_limit() {  # run_limit RUN: --time-limit seconds of a run started by RUN (detach: RUN_S; else the time left)
@@ -216,7 +226,7 @@ i)
     prep=(data prepare path-x --preset curriculum --workers "${WORKERS:-15}" ${SMALL_DATA:-})
     [ -f /tmp/lra/pids/prep-path-x.pid ] || detach prep-path-x "${prep[@]}"
     wait_detached prep-path-x
-    if grep -q prepared "$LOGS/prep-path-x.log" && ! compgen -G "/tmp/lra/pids/pilot-*.pid" > /dev/null; then
+    if [ "${PILOTS:-1}" = 1 ] && grep -q prepared "$LOGS/prep-path-x.log" && ! compgen -G "/tmp/lra/pids/pilot-*.pid" > /dev/null; then
         base=(--preset curriculum --seed 0 --device "$DEVICE" --time-limit "$((until_end - 60))s" ${SMALL_DATA:-} ${SMALL:-}
               --set train.steps="${PILOT_STEPS:-1560}" --set train.init_from=campaigns/path-x-bsf2/path-64)
         mirror=(--set train.init_positions=mirror) mean=(--set model.pool=mean)
@@ -227,6 +237,18 @@ i)
         detach pilot-all run path-x --attn "$flash" "${base[@]}" "${mirror[@]}" "${mean[@]}"
     fi
     wait_detached 'pilot-*'
+    # FOLLOW (a later call, once a pilot left chance): its --set words, e.g. "--set path-x:train.init_positions=mirror",
+    # become the Path-X stage of campaign path-x-$FOLLOW_NAME, --from path-x-bsf2 (same backend: its stages are shared)
+    if [ -n "${FOLLOW:-}" ] && ! alive 'pilot-*'; then
+        follow=path-x-${FOLLOW_NAME:?name the follow-up campaign}
+        mkdir -p /tmp/lra/campaigns
+        [ -d "/tmp/lra/campaigns/$follow" ] || { [ -d "campaigns/$follow" ] && cp -r "campaigns/$follow" /tmp/lra/campaigns/; }
+        [ -d /tmp/lra/campaigns/path-x-bsf2 ] || cp -r campaigns/path-x-bsf2 /tmp/lra/campaigns/
+        [ -f "/tmp/lra/pids/campaign-$follow.pid" ] || detach "campaign-$follow" campaign path-x \
+            --attn "${ATTN:-block_sparse_flash}" --state "/tmp/lra/campaigns/$follow" --from /tmp/lra/campaigns/path-x-bsf2 \
+            --device "$DEVICE" --workers 15 --time-limit "${until_end}s" ${FOLLOW}
+        wait_detached "campaign-$follow"
+    fi
     ;;
 *)
     echo "unknown phase $PHASE (a to i)" >&2
