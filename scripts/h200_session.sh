@@ -23,7 +23,7 @@
 #              the SDPA padding column's GPU tests (before the others)
 #        i: issue 36's Path-X pilots, the same command on every call of a session (CAMPAIGN_END as for g): Path-X's
 #           data drawn detached on 15 cores (once), then, once it is there, the PILOTS beside each other, detached, each
-#           1,560 steps from path-x-bsf2's Path-64 stage (docs/path_x_campaign.md says why these four); PILOTS=0
+#           1,560 steps from path-x-bsf2's Path-64 stage (docs/path_x_campaign.md says why these five); PILOTS=0
 #           skips them. FOLLOW="--set path-x:KEY=VALUE ..." FOLLOW_NAME=NAME (on the calls after a pilot left chance):
 #           once no pilot runs, `lra campaign path-x --from path-x-bsf2` into campaigns/path-x-NAME with those settings
 # LIMIT_S  wall seconds this call may use (keep it 40 s under the call's timeout: the archives are written after)
@@ -235,6 +235,7 @@ i)
         detach pilot-mean run path-x --attn "$bsf" "${base[@]}" "${mean[@]}"
         detach pilot-flash run path-x --attn "$flash" "${base[@]}"
         detach pilot-all run path-x --attn "$flash" "${base[@]}" "${mirror[@]}" "${mean[@]}"
+        detach pilot-posed run path-x --attn "$bsf" "${base[@]}" "${mirror[@]}" --set train.augment=dihedral
     fi
     wait_detached 'pilot-*'
     # FOLLOW (a later call, once a pilot left chance): its --set words, e.g. "--set path-x:train.init_positions=mirror",

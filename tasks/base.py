@@ -57,6 +57,7 @@ class Task:
     name: ClassVar[str]
     num_classes: ClassVar[int]
     pair: ClassVar[bool] = False  # two documents per example (retrieval): the model uses the dual-tower head
+    pose_invariant: ClassVar[bool] = False  # the label holds under flips and quarter turns (train.augment)
     description: ClassVar[str] = ""
 
     def __init__(self, data_dir: str | os.PathLike[str] | None = None, max_length: int = 1024) -> None:

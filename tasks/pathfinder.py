@@ -50,6 +50,7 @@ class PathfinderTask(Task):
 
     resolution: ClassVar[int] = 32
     num_classes = 2
+    pose_invariant = True  # joined or not, whatever the image's flips and quarter turns
 
     def __init__(
         self,

@@ -52,7 +52,7 @@ SPEED_SETTINGS = speed_settings()  # the same, for readers of stored records (lr
 QUIET_DEFAULTS: dict[str, dict[str, Any]] = {
     "data": {"black_padding": False},
     "model": {"pack_tokens": False},
-    "train": {"init_positions": "upsample"},
+    "train": {"init_positions": "upsample", "augment": "none"},
 }
 
 SECTIONS = ("task", "data", "model", "train", "attention")

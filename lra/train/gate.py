@@ -18,6 +18,7 @@ import torch
 from attention_impls.base import Capabilities
 from attention_impls.registry import BACKENDS, mask_refusal, scores_too_big, why_cannot_run
 from lra.core.errors import RunSetupError
+from lra.train.augment import check_augment
 from lra.train.batches import rank_batch
 from lra.train.config import RunConfig
 from tasks.registry import TASKS, build_task
@@ -54,6 +55,7 @@ def gate(
     backend (packing gathers it out)."""
     caps = BACKENDS.get(backend).capabilities  # an unknown name fails here, naming the closest
     m = config.model
+    check_augment(config.train.augment, config.task, TASKS.get(config.task).pose_invariant)
     per_rank = rank_batch(config.train.batch_size, world_size)
     reason = why_cannot_run(backend, device, None, m.resolved_head_dim, dropout=m.attention_dropout)
     pads_inside = TASKS.get(config.task).pads_inside(config.data) and not m.pack_tokens

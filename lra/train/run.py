@@ -31,6 +31,7 @@ from lra.core.records import run_record
 from lra.model import load_init
 from lra.train import distributed as dist
 from lra.train import rundir
+from lra.train.augment import dihedral, poses_for
 from lra.train.budget import TimeBudget
 from lra.train.checkpoint import BEST, LAST, load_checkpoint
 from lra.train.config import RunConfig, config_hash
@@ -265,7 +266,7 @@ class _Run:
             budget = t.steps if stop_after is None else stop_after
             while trainer.global_step < t.steps and budget > 0:
                 batch = self.batches(trainer.global_step)
-                window.add(trainer.step(batch.tokens, batch.labels, batch.padded))
+                window.add(trainer.step(self.posed(batch.tokens, trainer.global_step), batch.labels, batch.padded))
                 budget -= 1
                 step = trainer.global_step
                 at_eval = step % t.eval_every == 0 or step == t.steps
@@ -285,6 +286,13 @@ class _Run:
                 timer.restart()
                 pace.restart()
         return trainer.global_step >= t.steps
+
+    def posed(self, tokens: torch.Tensor, step: int) -> torch.Tensor:
+        """The step's training tokens, each image in its pose under train.augment=dihedral (lra.train.augment)."""
+        if self.t.augment == "none":
+            return tokens
+        poses = poses_for(seed=self.t.seed, step=step, rank=dist.rank(), batch=tokens.shape[0], device=tokens.device)
+        return dihedral(tokens, poses)
 
     def _stop_for_time(self) -> None:
         """Close this session and save the full state (again, with the session) before leaving on time."""

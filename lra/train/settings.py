@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from lra.core.errors import ConfigError
+from lra.train.augment import AUGMENTS
 from lra.train.schedules import SCHEDULES
 
 
@@ -181,6 +182,11 @@ class TrainSettings:
     init_positions: str = setting(
         "upsample", Setting("enum", choices=("upsample", "mirror")),
         "init_from's positions onto a larger grid: upsample (bilinear, same picture) or mirror (same pixel scale)",
+        since=True,
+    )  # fmt: skip
+    augment: str = setting(
+        "none", Setting("enum", choices=AUGMENTS),
+        "training images shown in a random pose of eight (flips, quarter turns): Pathfinder's tasks only",
         since=True,
     )  # fmt: skip
     acc_thresholds: tuple[float, ...] = setting(
