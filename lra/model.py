@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attention_impls import build_attention
-from lra.core.errors import RunSetupError
+from lra.core.errors import ConfigError, RunSetupError
 
 
 class MultiHeadAttention(nn.Module):
@@ -75,6 +75,27 @@ def sinusoidal_positions(n: int, dim: int) -> torch.Tensor:
     return pe[None]
 
 
+def grid_sinusoidal_positions(n: int, dim: int) -> torch.Tensor:
+    """Fixed positions of a square image of `n` pixels in row-major order (model.pos_emb=sincos2d): the first half of
+    the features encode the row and the second the column, each as `sinusoidal_positions` does.
+
+    A pixel's code depends on its row and column alone, not on the image's size: a model moves from one size to the
+    next at the same pixel scale with nothing to resize (Pathfinder's paddles are 5 pixels long at 64, 128 and 256 px).
+    """
+    side = math.isqrt(n)
+    if side * side != n or dim % 4:
+        raise ConfigError(
+            f"model.pos_emb=sincos2d needs a square image and model.dim divisible by 4, got {n} tokens and dim {dim}"
+        )
+    axis = sinusoidal_positions(side, dim // 2)[0]
+    rows = axis[:, None, :].expand(side, side, dim // 2)
+    cols = axis[None, :, :].expand(side, side, dim // 2)
+    return torch.cat([rows, cols], dim=-1).reshape(1, n, dim)
+
+
+POSITIONS = {"sinusoidal": sinusoidal_positions, "sincos2d": grid_sinusoidal_positions}
+
+
 class Encoder(nn.Module):
     """Embeds tokens and runs the blocks; returns one pooled vector per sequence."""
 
@@ -98,7 +119,7 @@ class Encoder(nn.Module):
         if model.pos_emb == "learned":
             self.pos = nn.Parameter(torch.randn(1, seq_len, dim) * 0.02)
         else:
-            self.register_buffer("pos", sinusoidal_positions(seq_len, dim), persistent=False)
+            self.register_buffer("pos", POSITIONS[model.pos_emb](seq_len, dim), persistent=False)
         attn_len = (pack_length or seq_len) + (1 if self.cls is not None else 0)
         attn = dict(heads=heads, head_dim=head_dim, seq_len=attn_len, backend=backend, options=attn_options)
         self.blocks = nn.ModuleList(

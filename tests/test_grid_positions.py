@@ -1,13 +1,22 @@
-"""train.init_positions: how init_from fits a smaller grid's learned positions onto a larger one. `mirror` against a
-hand-written index table and through a real model; `upsample` keeps the FlashAttention paper's recipe (bilinear)."""
+"""Positions across image sizes. train.init_positions: how init_from fits a smaller grid's learned positions onto a
+larger one (`mirror` against a hand-written index table and through a real model; `upsample` keeps the FlashAttention
+paper's bilinear recipe). model.pos_emb=sincos2d: fixed row-and-column codes, hand-evaluated, the same at every size."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 
 from lra.core.errors import ConfigError, RunSetupError
-from lra.model import build_model, load_init, mirror_grid_positions, upsample_grid_positions
+from lra.model import (
+    build_model,
+    grid_sinusoidal_positions,
+    load_init,
+    mirror_grid_positions,
+    upsample_grid_positions,
+)
 from lra.train.config import config_hash, load_config
 
 
@@ -74,3 +83,30 @@ def test_init_positions_is_checked_and_its_default_leaves_the_config_hash_alone(
     assert config_hash(base) != config_hash(load_config("path-x", "curriculum", ["train.init_positions=mirror"]))
     with pytest.raises(ConfigError, match="train.init_positions = 'nearest' is not valid: expected one of upsample"):
         load_config("path-x", "curriculum", ["train.init_positions=nearest"])
+
+
+def test_sincos2d_codes_row_and_column_as_hand_evaluated():
+    pos = grid_sinusoidal_positions(4, 4)[0]  # a 2 x 2 image, dim 4: one frequency (1) per axis
+    for r in range(2):
+        for c in range(2):
+            expected = [math.sin(r), math.cos(r), math.sin(c), math.cos(c)]
+            assert pos[r * 2 + c].tolist() == pytest.approx(expected, abs=1e-7)
+
+
+def test_sincos2d_gives_a_pixel_the_same_code_at_every_image_size_and_needs_no_resizing():
+    small, large = grid_sinusoidal_positions(16 * 16, 32), grid_sinusoidal_positions(32 * 32, 32)
+    assert torch.equal(large.reshape(32, 32, 32)[:16, :16], small.reshape(16, 16, 32))
+    shape = dict(vocab_size=257, num_classes=2, pair=False)
+    config = load_config("pathfinder", "tiny", ["model.pos_emb=sincos2d", "model.dim=32"])
+    a = build_model(config, "naive", seq_len=16 * 16, **shape)
+    b = build_model(config, "naive", seq_len=32 * 32, **shape)
+    assert "encoder.pos" not in a.state_dict()  # fixed, not a weight: init_from carries nothing to resize
+    assert load_init(b, dict(a.state_dict())) == []
+    assert torch.equal(b.encoder.pos.reshape(32, 32, 32)[:16, :16], a.encoder.pos.reshape(16, 16, 32))
+
+
+def test_sincos2d_refuses_a_non_square_sequence_or_a_width_it_cannot_split():
+    with pytest.raises(ConfigError, match="needs a square image and model.dim divisible by 4, got 20 tokens"):
+        grid_sinusoidal_positions(20, 8)
+    with pytest.raises(ConfigError, match="got 16 tokens and dim 6"):
+        grid_sinusoidal_positions(16, 6)

@@ -128,7 +128,10 @@ class ModelSettings:
     mlp_dim: int = setting(256, POSITIVE_INT, "hidden width of each block's MLP")
     dropout: float = setting(0.1, FRACTION, "dropout on embeddings, MLPs and residual branches")
     attention_dropout: float = setting(0.0, FRACTION, "dropout on the attention probabilities (the backend's own)")
-    pos_emb: str = setting("learned", Setting("enum", choices=("learned", "sinusoidal")), "position embeddings")
+    pos_emb: str = setting(
+        "learned", Setting("enum", choices=("learned", "sinusoidal", "sincos2d")),
+        "position embeddings: learned, fixed 1-D sinusoidal, or fixed 2-D (row and column) for square images",
+    )  # fmt: skip
     pool: str = setting(
         "cls", Setting("enum", choices=("cls", "mean", "mean_all")),
         "pooling: [CLS], mean over real tokens, or mean over all positions (padding as zeros)",
