@@ -3,8 +3,8 @@
 Pathfinder's label (are the two markers joined by one contour?) holds under the flips and quarter turns of the
 image, so each training image can be shown in eight poses: eight times the distinct inputs against memorisation
 (the curriculum's Path-X and Path-256 stages fitted their 160,000 images while staying at chance on new ones;
-docs/path_x_campaign.md). Each example's pose is a function of (seed, step, row), so a resumed run shows the same
-poses as an uninterrupted one. Validation and test images are never posed.
+docs/path_x_campaign.md). Each example's pose is a function of (seed, step, rank) and its row in the batch, so a
+resumed run shows the same poses as an uninterrupted one. Validation and test images are never posed.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ def dihedral(tokens: torch.Tensor, poses: torch.Tensor) -> torch.Tensor:
     if side * side != n:
         raise RunSetupError(f"train.augment=dihedral needs square images, got sequences of {n} tokens")
     grid = tokens.view(b, side, side)
-    bit = lambda k: ((poses >> k) & 1).bool().view(b, 1, 1)  # noqa: E731
-    grid = torch.where(bit(2), grid.transpose(1, 2), grid)
-    grid = torch.where(bit(1), grid.flip(1), grid)
-    grid = torch.where(bit(0), grid.flip(2), grid)
+    flip_cols, flip_rows, transpose = (((poses >> k) & 1).bool().view(b, 1, 1) for k in range(3))
+    grid = torch.where(transpose, grid.transpose(1, 2), grid)
+    grid = torch.where(flip_rows, grid.flip(1), grid)
+    grid = torch.where(flip_cols, grid.flip(2), grid)
     return grid.reshape(b, n)
 
 
