@@ -22,7 +22,8 @@
 #              path-256: `lra campaign path-256` from this one's Path-64 stage (campaigns/path-256-bsf); gpu-tests:
 #              the SDPA padding column's GPU tests (before the others)
 #        i: issue 36's Path-X pilots, the same command on every call of a session (CAMPAIGN_END as for g): Path-X's
-#           data drawn detached on 15 cores (once), then, once it is there, the PILOTS beside each other, detached, each
+#           data drawn detached on 12 cores and Pathfinder-32's on 4 (once); a Pathfinder-32 pilot with
+#           model.pos_emb=sincos2d (9,360 steps) once its data is there; once Path-X's is, five pilots side by side, each
 #           1,560 steps from path-x-bsf2's Path-64 stage (docs/path_x_campaign.md says why these five); PILOTS=0
 #           skips them. FOLLOW="--set path-x:KEY=VALUE ..." FOLLOW_NAME=NAME (on the calls after a pilot left chance):
 #           once no pilot runs, `lra campaign path-x --from path-x-bsf2` into campaigns/path-x-NAME with those settings
@@ -222,12 +223,22 @@ g | h)
     wait_detached 'campaign-*'
     ;;
 i)
-    until_end=$((${CAMPAIGN_END:?set CAMPAIGN_END} - ($(date +%s) - START)))
-    prep=(data prepare path-x --preset curriculum --workers "${WORKERS:-15}" ${SMALL_DATA:-})
-    [ -f /tmp/lra/pids/prep-path-x.pid ] || detach prep-path-x "${prep[@]}"
+    : "${CAMPAIGN_END:?set CAMPAIGN_END}"
+    session_left() { echo $((CAMPAIGN_END - ($(date +%s) - START))); }  # seconds to the session's end, now
+    [ -f /tmp/lra/pids/prep-path-x.pid ] || detach prep-path-x data prepare path-x --preset curriculum \
+        --workers "${WORKERS:-12}" ${SMALL_DATA:-}
+    [ -f /tmp/lra/pids/prep-pathfinder.pid ] || detach prep-pathfinder data prepare pathfinder --preset curriculum \
+        --workers "${PF_WORKERS:-4}" ${SMALL_DATA:-}
+    wait_detached prep-pathfinder
+    # on the GPU while Path-X's data is drawn: does the model learn Pathfinder-32 with fixed 2-D positions?
+    if grep -q prepared "$LOGS/prep-pathfinder.log" && ! [ -f /tmp/lra/pids/pf32-sincos2d.pid ]; then
+        detach pf32-sincos2d run pathfinder --attn "${PILOT_ATTN:-block_sparse_flash}" --preset curriculum --seed 0 \
+            --device "$DEVICE" --time-limit "$(($(session_left) - 60))s" ${SMALL_DATA:-} ${SMALL:-} \
+            --set train.steps="${PF_STEPS:-9360}" --set model.pos_emb=sincos2d
+    fi
     wait_detached prep-path-x
     if [ "${PILOTS:-1}" = 1 ] && grep -q prepared "$LOGS/prep-path-x.log" && ! compgen -G "/tmp/lra/pids/pilot-*.pid" > /dev/null; then
-        base=(--preset curriculum --seed 0 --device "$DEVICE" --time-limit "$((until_end - 60))s" ${SMALL_DATA:-} ${SMALL:-}
+        base=(--preset curriculum --seed 0 --device "$DEVICE" --time-limit "$(($(session_left) - 60))s" ${SMALL_DATA:-} ${SMALL:-}
               --set train.steps="${PILOT_STEPS:-1560}" --set train.init_from=campaigns/path-x-bsf2/path-64)
         mirror=(--set train.init_positions=mirror) mean=(--set model.pool=mean)
         bsf=${PILOT_ATTN:-block_sparse_flash} flash=${PILOT_ATTN:-flash}
@@ -238,8 +249,9 @@ i)
         detach pilot-posed run path-x --attn "$bsf" "${base[@]}" "${mirror[@]}" --set train.augment=dihedral
     fi
     wait_detached 'pilot-*'
+    wait_detached 'pf32-*'
     # FOLLOW (a later call, once a pilot left chance): its --set words, e.g. "--set path-x:train.init_positions=mirror",
-    # become the Path-X stage of campaign path-x-$FOLLOW_NAME, --from path-x-bsf2 (same backend: its stages are shared)
+    # become the Path-X stage of campaign path-x-$FOLLOW_NAME, --from path-x-bsf2 (its first two stages, whatever ATTN)
     if [ -n "${FOLLOW:-}" ] && ! alive 'pilot-*'; then
         follow=path-x-${FOLLOW_NAME:?name the follow-up campaign}
         mkdir -p /tmp/lra/campaigns
@@ -247,7 +259,7 @@ i)
         [ -d /tmp/lra/campaigns/path-x-bsf2 ] || cp -r campaigns/path-x-bsf2 /tmp/lra/campaigns/
         [ -f "/tmp/lra/pids/campaign-$follow.pid" ] || detach "campaign-$follow" campaign path-x \
             --attn "${ATTN:-block_sparse_flash}" --state "/tmp/lra/campaigns/$follow" --from /tmp/lra/campaigns/path-x-bsf2 \
-            --device "$DEVICE" --workers 15 --time-limit "${until_end}s" ${FOLLOW}
+            --device "$DEVICE" --workers 15 --time-limit "$(session_left)s" ${FOLLOW}
         wait_detached "campaign-$follow"
     fi
     ;;
