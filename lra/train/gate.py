@@ -55,10 +55,11 @@ def gate(
     backend (packing gathers it out)."""
     caps = BACKENDS.get(backend).capabilities  # an unknown name fails here, naming the closest
     m = config.model
-    check_augment(config.train.augment, config.task, TASKS.get(config.task).pose_invariant)
+    task_class = TASKS.get(config.task)
+    check_augment(config.train.augment, config.task, task_class.pose_invariant)
     per_rank = rank_batch(config.train.batch_size, world_size)
     reason = why_cannot_run(backend, device, None, m.resolved_head_dim, dropout=m.attention_dropout)
-    pads_inside = TASKS.get(config.task).pads_inside(config.data) and not m.pack_tokens
+    pads_inside = task_class.pads_inside(config.data) and not m.pack_tokens
     reason = reason or mask_refusal(backend, pads_inside, config.options_of(backend))
     seq_len = build_task(config.task, data_dir=data_dir, **config.data).seq_len  # no data is read
     lower = "train.batch_size or data.max_length"
