@@ -1,6 +1,7 @@
 """The LRA classifier: a pre-LayerNorm Transformer encoder whose attention is built by name from the registry.
 
-Token ids (0 = padding) -> embedding + positions (learned or sinusoidal) -> [CLS] -> pre-LN blocks -> pooled (CLS,
+Token ids (0 = padding) -> embedding + positions (learned, sinusoidal or 2-D; lra/positions.py) -> [CLS] -> pre-LN
+blocks (with `rope2d`, queries and keys turned by each pixel's row and column instead) -> pooled (CLS,
 mean over real tokens, or `mean_all`: over every position with padding as zeros, as Nystromformer's LRA code, so the
 vector shrinks with the share of real tokens) -> MLP head. Two-document tasks (retrieval) encode both documents with
 the same encoder and classify [e1, e2, e1*e2, e1-e2] (the LRA dual-tower head).
@@ -16,17 +17,18 @@ FlashAttention's `unpad_input` gives it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from attention_impls import build_attention
-from lra.core.errors import ConfigError, RunSetupError
+from lra.core.errors import RunSetupError
+from lra.positions import GRID_RESIZE, POSITIONS, grid_rotary_angles, rotate
+
+Rotary = tuple[torch.Tensor, torch.Tensor]
 
 
 class MultiHeadAttention(nn.Module):
@@ -43,9 +45,12 @@ class MultiHeadAttention(nn.Module):
             backend, heads=heads, head_dim=head_dim, seq_len=seq_len, dropout=dropout, options=options
         )
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, rotary: Rotary | None = None) -> torch.Tensor:
+        """`rotary`: the (cos, sin) of each token's rotary angles, (B or 1, 1, N, head_dim / 2), for rope2d."""
         b, n, _ = x.shape
         q, k, v = self.qkv(x).view(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        if rotary is not None:
+            q, k = rotate(q, *rotary), rotate(k, *rotary)
         out = self.attn(q, k, v, mask)
         return self.out(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim))
 
@@ -61,39 +66,9 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(dim, mlp_dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(mlp_dim, dim))
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        x = x + self.drop(self.attn(self.ln1(x), mask))
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, rotary: Rotary | None = None) -> torch.Tensor:
+        x = x + self.drop(self.attn(self.ln1(x), mask, rotary))
         return x + self.drop(self.mlp(self.ln2(x)))
-
-
-def sinusoidal_positions(n: int, dim: int) -> torch.Tensor:
-    pos = torch.arange(n, dtype=torch.float32)[:, None]
-    freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
-    pe = torch.zeros(n, dim)
-    pe[:, 0::2] = torch.sin(pos * freq)
-    pe[:, 1::2] = torch.cos(pos * freq[: dim // 2])
-    return pe[None]
-
-
-def grid_sinusoidal_positions(n: int, dim: int) -> torch.Tensor:
-    """Fixed positions of a square image of `n` pixels in row-major order (model.pos_emb=sincos2d): the first half of
-    the features encode the row and the second the column, each as `sinusoidal_positions` does.
-
-    A pixel's code depends on its row and column alone, not on the image's size: a model moves from one size to the
-    next at the same pixel scale with nothing to resize (Pathfinder's paddles are 5 pixels long at 64, 128 and 256 px).
-    """
-    side = math.isqrt(n)
-    if side * side != n or dim % 4:
-        raise ConfigError(
-            f"model.pos_emb=sincos2d needs a square image and model.dim divisible by 4, got {n} tokens and dim {dim}"
-        )
-    axis = sinusoidal_positions(side, dim // 2)[0]
-    rows = axis[:, None, :].expand(side, side, dim // 2)
-    cols = axis[None, :, :].expand(side, side, dim // 2)
-    return torch.cat([rows, cols], dim=-1).reshape(1, n, dim)
-
-
-POSITIONS = {"sinusoidal": sinusoidal_positions, "sincos2d": grid_sinusoidal_positions}
 
 
 class Encoder(nn.Module):
@@ -116,10 +91,14 @@ class Encoder(nn.Module):
                 self.embed.weight.normal_(0.0, model.embed_std)
                 self.embed.weight[0].zero_()
         self.cls = nn.Parameter(torch.zeros(1, 1, dim)) if self.pool == "cls" else None
+        rotary = grid_rotary_angles(seq_len, head_dim) if model.pos_emb == "rope2d" else None
+        self.register_buffer("rot_cos", None if rotary is None else rotary.cos().float(), persistent=False)
+        self.register_buffer("rot_sin", None if rotary is None else rotary.sin().float(), persistent=False)
         if model.pos_emb == "learned":
             self.pos = nn.Parameter(torch.randn(1, seq_len, dim) * 0.02)
         else:
-            self.register_buffer("pos", POSITIONS[model.pos_emb](seq_len, dim), persistent=False)
+            table = None if rotary is not None else POSITIONS[model.pos_emb](seq_len, dim)
+            self.register_buffer("pos", table, persistent=False)
         attn_len = (pack_length or seq_len) + (1 if self.cls is not None else 0)
         attn = dict(heads=heads, head_dim=head_dim, seq_len=attn_len, backend=backend, options=attn_options)
         self.blocks = nn.ModuleList(
@@ -145,10 +124,12 @@ class Encoder(nn.Module):
             raise ValueError(f"sequence of {n} tokens is longer than the model's {self.seq_len}")
         if self.pack_length:
             tokens, where = pack_real(tokens, self.pack_length)
-            x = self.embed(tokens) + self.pos[0, where]
             padded = True
         else:
-            x = self.embed(tokens) + self.pos[:, :n]
+            where = None  # the first n pixels, in order
+        x = self.embed(tokens)
+        if self.pos is not None:
+            x = x + (self.pos[:, :n] if where is None else self.pos[0, where])
         mask = tokens != 0
         if self.cls is not None:
             x = torch.cat([self.cls.expand(b, -1, -1), x], dim=1)
@@ -157,8 +138,9 @@ class Encoder(nn.Module):
         if padded is None:
             padded = not bool(mask.all())
         attn_mask = mask if padded else None
+        rotary = self.rotary(where, n) if self.rot_cos is not None else None
         for block in self.blocks:
-            x = block(x, attn_mask)
+            x = block(x, attn_mask, rotary)
         x = self.norm(x)
         if self.cls is not None:
             return x[:, 0]
@@ -166,6 +148,18 @@ class Encoder(nn.Module):
         if self.pool == "mean_all":  # padding counts as zeros: the vector shrinks with the share of real tokens
             return (x * m).sum(1) / n
         return (x * m).sum(1) / m.sum(1).clamp_min(1.0)
+
+    def rotary(self, where: torch.Tensor | None, n: int) -> Rotary:
+        """(cos, sin) of the rotary angles of the pixels `where` ((B, N) packed; None: the first n), shaped (B or 1, 1,
+        N, head_dim / 2) to broadcast over heads; [CLS] in front (when pooled by it) at angle 0, as pixel (0, 0)."""
+        if where is None:
+            cos, sin = self.rot_cos[None, :n], self.rot_sin[None, :n]
+        else:
+            cos, sin = self.rot_cos[where], self.rot_sin[where]
+        if self.cls is not None:
+            cos = torch.cat([cos.new_ones(cos.shape[0], 1, cos.shape[2]), cos], dim=1)
+            sin = torch.cat([sin.new_zeros(sin.shape[0], 1, sin.shape[2]), sin], dim=1)
+        return cos[:, None], sin[:, None]
 
 
 def pack_real(tokens: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -236,47 +230,6 @@ def build_model(
     see Classifier)."""
     shape = dict(vocab_size=vocab_size, seq_len=seq_len, num_classes=num_classes, pair=pair, pack_length=pack_length)
     return Classifier(config, backend, **shape)
-
-
-def _grid_sides(n: int, new_len: int) -> tuple[int, int]:
-    side, new_side = math.isqrt(n), math.isqrt(new_len)
-    if side * side != n or new_side * new_side != new_len:
-        raise RunSetupError(f"init_from: positional grids must be square to resize, got {n} -> {new_len} positions")
-    return side, new_side
-
-
-def upsample_grid_positions(pos: torch.Tensor, new_len: int) -> torch.Tensor:
-    """Learned positions of a square image (1, s*s, dim) resized to (1, new_len, dim) on the 2-D grid (bilinear).
-
-    The FlashAttention paper's Path-X recipe: train on Path-64, then initialise Path-X with the positions upsampled.
-    A feature k pixels long at the small size is then as long as one 2k pixels long at twice the size.
-    """
-    _, n, dim = pos.shape
-    side, new_side = _grid_sides(n, new_len)
-    grid = pos.reshape(1, side, side, dim).permute(0, 3, 1, 2)
-    grid = F.interpolate(grid, size=(new_side, new_side), mode="bilinear", align_corners=False)
-    return grid.permute(0, 2, 3, 1).reshape(1, new_len, dim)
-
-
-def mirror_grid_positions(pos: torch.Tensor, new_len: int) -> torch.Tensor:
-    """Learned positions of a square image (1, s*s, dim) tiled by reflection onto a larger grid (1, new_len, dim).
-
-    Row (and column) r of the large grid takes row r of the small one, folded back and forth: 0..s-1, s-1..0, 0..
-    Neighbours stay neighbours at the same pixel scale, where upsampling halves it; far apart pixels may share a
-    position. For Pathfinder's larger sizes, whose paddles are as long in pixels at 128 and 256 px as at 64.
-    """
-    _, n, dim = pos.shape
-    side, new_side = _grid_sides(n, new_len)
-    if new_side < side:
-        got = f"{side}x{side} -> {new_side}x{new_side}"
-        raise RunSetupError(f"init_from: mirror tiles a grid onto a larger one, got {got}; use init_positions=upsample")
-    r = torch.arange(new_side, device=pos.device) % (2 * side)
-    rows = torch.where(r < side, r, 2 * side - 1 - r)
-    grid = pos.reshape(side, side, dim)
-    return grid[rows][:, rows].reshape(1, new_len, dim)
-
-
-GRID_RESIZE = {"upsample": upsample_grid_positions, "mirror": mirror_grid_positions}
 
 
 def load_init(model: nn.Module, state: dict[str, torch.Tensor], *, positions: str = "upsample") -> list[str]:

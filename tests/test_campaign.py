@@ -5,10 +5,12 @@ by hand from that checkpoint), the ledger's seconds adding up to the records', a
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
 
+from lra.campaign import drive
 from lra.campaign.drive import CampaignOptions, chance_margin, run_campaign
 from lra.campaign.ledger import LEDGER
 from lra.campaign.plan import plan_stages, split_sets
@@ -26,6 +28,9 @@ from tests.processes import wait_until_gone
 SETS = ["model.pos_emb=learned", "data.num_train=48", "data.num_val=16", "data.num_test=16", "train.batch_size=8",
         "train.steps=12", "train.eval_every=6", "train.log_every=3", "train.warmup=2",
         "pathfinder:data.downsample=2", "path-64:data.downsample=2", "path-64:train.init_from=pathfinder"]  # fmt: skip
+
+
+IGNORED = (".lock", ".log")  # the state's .gitignore keeps these out of a commit
 
 
 class JumpClock:
@@ -92,7 +97,7 @@ def test_a_campaign_stops_on_time_resumes_and_moves_on_with_positions_upsampled(
         ("pathfinder", stopped_at, 12), ("path-64", 0, 12)]  # fmt: skip
     assert all(ledger["stages"][t]["status"] == "done" for t in ("pathfinder", "path-64"))
     # What stays to commit: small files, no last.pt of a finished stage.
-    kept = sorted(str(p.relative_to(state)) for p in state.rglob("*") if p.is_file() and p.suffix != ".lock")
+    kept = sorted(str(p.relative_to(state)) for p in state.rglob("*") if p.is_file() and p.suffix not in IGNORED)
     stage_files = ["best.pt", "config.json", "metrics.jsonl", "summary.json"]
     assert kept == [".gitignore", LEDGER, *[f"{t}/{f}" for t in ("path-64", "pathfinder") for f in stage_files]]
 
@@ -180,3 +185,22 @@ def test_a_stopped_draw_ends_its_processes_and_leaves_no_cache(tmp_path):
     assert draw.outcome() == "stopped"
     wait_until_gone(draw.proc.pid, timeout=10.0)  # no worker of its group is left (dead ones may wait to be reaped)
     assert not build_task("path-x", data_dir=str(tmp_path / "data"), **data).info()["ready"]
+
+
+def test_a_stage_draw_that_outlasts_its_estimate_is_stopped_at_the_time_limit(tmp_path, monkeypatch, capsys):
+    """The estimate let the draw start (here: told it is instant); the draw takes longer (20,000 images, over 30 s
+    on 2 workers), and the session ends on time with nothing half-drawn and the stage not begun."""
+    monkeypatch.setattr(drive, "DRAW_CORE_S", dict.fromkeys(drive.DRAW_CORE_S, 1e-9))
+    monkeypatch.setattr(drive, "START_S", 0.0)
+    opts = options(tmp_path, workers=2, overrides=[*SETS, "pathfinder:data.num_train=20000"])
+    began = time.monotonic()
+    ledger = run_campaign(opts, TimeBudget(6.0))
+    assert time.monotonic() - began < 20.0
+    session = ledger["sessions"][0]
+    assert session["ended"] == "time limit" and [w["stage"] for w in session["work"]] == ["pathfinder"]
+    assert 3.0 < session["work"][0]["data_s"] < 10.0
+    data = load_config("pathfinder", "tiny", ["data.num_train=20000", "data.num_val=16", "data.num_test=16",
+                                              "data.downsample=2"]).data  # fmt: skip
+    assert not build_task("pathfinder", data_dir=str(tmp_path / "data"), **data).info()["ready"]
+    assert not (tmp_path / "state" / "pathfinder").exists()
+    assert "not drawn in the time left" in capsys.readouterr().err

@@ -10,13 +10,8 @@ import pytest
 import torch
 
 from lra.core.errors import ConfigError, RunSetupError
-from lra.model import (
-    build_model,
-    grid_sinusoidal_positions,
-    load_init,
-    mirror_grid_positions,
-    upsample_grid_positions,
-)
+from lra.model import build_model, load_init
+from lra.positions import grid_sinusoidal_positions, mirror_grid_positions, upsample_grid_positions
 from lra.train.config import config_hash, load_config
 
 

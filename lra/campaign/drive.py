@@ -6,8 +6,9 @@ when absent (all cores), then its run is resumed from `last.pt` or started from 
 next stage's data is drawn meanwhile on the idle cores (lra.campaign.prefetch). A stage that ends is tested,
 recorded in the results store (its record carries a `campaign` block: the stage, the device seconds of the stages
 before it and its own), and its `last.pt` deleted: what stays is small. A stage whose data could not be drawn in the
-time left waits for the next session. A stage that ended at chance stops the campaign (`chance_margin`): the next
-stage would start from a model that learned nothing, and its hours would be spent for nothing.
+time left waits for the next session (a draw that outlasts its estimate is stopped at the time limit). A stage that
+ended at chance stops the campaign (`chance_margin`): the next stage would start from a model that learned nothing,
+and its hours would be spent for nothing.
 
 The state folder then holds exactly what must be committed: `campaign.json` (lra.campaign.ledger), one folder per
 stage begun (config.json with the split hashes, metrics.jsonl, best.pt; last.pt while it runs; summary.json once
@@ -30,7 +31,7 @@ from typing import Any
 
 from lra.campaign.ledger import check_identity, device_s_before, new_ledger, read_ledger, write_ledger
 from lra.campaign.plan import Stage, plan_stages
-from lra.campaign.prefetch import LOG, Prefetch, prepare_command
+from lra.campaign.prefetch import DRAW_LOG, LOG, Prefetch, prepare_command
 from lra.core import locks
 from lra.core.errors import RunSetupError
 from lra.core.progress import console
@@ -209,10 +210,8 @@ class Session:
                           highlight=False)  # fmt: skip
             return "time limit"
         self.entry["work"].append(item)
-        if draw:
-            task.prepare(workers=self.opts.workers or os.cpu_count() or 1)
-            item["data_s"] = round(self.clock() - started, 3)
-            self.save()
+        if draw and self.draw(stage, item, started) == "running":
+            return "time limit"
         prefetch = self.prefetch_next(stage, item)
         try:
             out = self.train(stage)
@@ -232,6 +231,27 @@ class Session:
                 if item["prefetch"]["ended"] == "running":
                     item["prefetch"] |= {"s": prefetch.seconds(), "ended": prefetch.outcome()}
                 self.save()
+
+    def draw(self, stage: Stage, item: dict[str, Any], started: float) -> str:
+        """Draw this stage's data in a process of its own, stopped at the time limit (the estimate that let it start
+        can be wrong on a slower or busier machine): 'done', or 'running' when stopped (nothing half-drawn is kept)."""
+        workers = self.opts.workers or os.cpu_count() or 1
+        cmd = prepare_command(stage.task, stage.config.data, workers=workers, data_dir=self.opts.data_dir)
+        log = self.opts.state / DRAW_LOG.format(task=stage.task)
+        console.print(f"campaign: drawing {stage.task}'s data on {workers} workers (log: {log})", highlight=False)
+        drawing = Prefetch(stage.task, cmd, log)
+        ended = drawing.wait(1e9 if self.budget is None else self.budget.remaining() - self.budget.margin())
+        drawing.stop()
+        item["data_s"] = round(self.clock() - started, 3)
+        self.save()
+        if ended == "failed":
+            raise RunSetupError(f"campaign: drawing {stage.task}'s data failed; its log says why: {log}")
+        if ended != "done":
+            took = format_duration(item["data_s"])
+            console.print(f"campaign: {stage.task}'s data was not drawn in the time left (stopped after {took}): the "
+                          "next session draws it", highlight=False)  # fmt: skip
+            return "running"
+        return "done"
 
     def note_training(self, stage: Stage, out: dict[str, Any], item: dict[str, Any], started: float) -> None:
         """This session's work on `stage` and where the stage stands, in the ledger (not yet written)."""
@@ -352,8 +372,9 @@ class Session:
         return self.budget is None or seconds <= self.budget.remaining() - self.budget.margin()
 
     def draw_estimate(self, task, workers: int | None = None) -> float:
-        """Seconds to draw `task`'s splits on `workers` (default: this machine's) processes (DRAW_CORE_S)."""
-        workers = workers or self.opts.workers or os.cpu_count() or 1
+        """Seconds to draw `task`'s splits on `workers` (default: this machine's) processes (DRAW_CORE_S), no more of
+        them at once than the machine has cores."""
+        workers = min(workers or self.opts.workers or os.cpu_count() or 1, os.cpu_count() or 1)
         images = sum(task.counts.values())
         return images * DRAW_CORE_S.get(task.resolution, max(DRAW_CORE_S.values())) / workers
 

@@ -1,4 +1,5 @@
-"""The next stage's data, drawn while this stage trains: the GPU trains, the idle cores draw.
+"""A stage's data drawn in a process of its own: the next stage's while this stage trains (the GPU trains, the idle
+cores draw), and the current stage's under the campaign's time limit (stopped when it would outlast it).
 
 Every new machine draws a stage's data afresh (Path-64's and Path-X's 200,000 images take minutes on 16 cores),
 and a training stage leaves most cores idle. `Prefetch` runs `lra data prepare` for the next stage in its own
@@ -18,7 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-LOG = "prefetch-{task}.log"
+LOG = "prefetch-{task}.log"  # the next stage's draw, beside the training
+DRAW_LOG = "draw-{task}.log"  # the current stage's own draw
 
 
 def prepare_command(task: str, data: dict[str, Any], *, workers: int, data_dir: str | None) -> list[str]:

@@ -129,8 +129,8 @@ class ModelSettings:
     dropout: float = setting(0.1, FRACTION, "dropout on embeddings, MLPs and residual branches")
     attention_dropout: float = setting(0.0, FRACTION, "dropout on the attention probabilities (the backend's own)")
     pos_emb: str = setting(
-        "learned", Setting("enum", choices=("learned", "sinusoidal", "sincos2d")),
-        "position embeddings: learned, fixed 1-D sinusoidal, or fixed 2-D (row and column) for square images",
+        "learned", Setting("enum", choices=("learned", "sinusoidal", "sincos2d", "rope2d")),
+        "positions: learned, fixed 1-D sinusoidal, fixed 2-D (row and column) or 2-D rotary (rope2d) for square images",
     )  # fmt: skip
     pool: str = setting(
         "cls", Setting("enum", choices=("cls", "mean", "mean_all")),
