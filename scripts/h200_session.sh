@@ -13,9 +13,10 @@
 #            positions that need no resizing (model.pos_emb=sincos2d and rope2d, 9,360 steps each) once its data is
 #            there; once Path-X's is, five Path-X pilots side by side, each 1,560 steps from path-x-bsf2's Path-64
 #            stage. PILOTS=0 skips the Path-X pilots, PF_PILOTS=0 the Pathfinder-32 ones. FOLLOW="--set KEY=VALUE
-#            ..." FOLLOW_NAME=NAME (a later call): once no pilot runs, `lra campaign path-x` into
-#            campaigns/path-x-NAME with those settings, --from path-x-bsf2 (its first two stages; FOLLOW_FROM=none:
-#            a chain of its own from Pathfinder-32), detached, until CAMPAIGN_END; every call waits for it
+#            ..." FOLLOW_NAME=NAME (a later call): once no Path-X pilot runs, `lra campaign path-x` into
+#            campaigns/path-x-NAME with those settings, --from path-x-bsf2 (its first two stages), detached, until
+#            CAMPAIGN_END; with FOLLOW_FROM=none a chain of its own from Pathfinder-32, started as soon as that data
+#            is drawn (with PILOTS=0 PF_PILOTS=0, a session for the chain alone); every call waits for it
 # LIMIT_S  wall seconds this call may use (keep it 40 s under the call's timeout: the archive is written after)
 # COMMIT   the commit being run (the copied .git is stale): goes into every record
 # CAMPAIGN_END (path-x): seconds from this call's start to the session's end, less ~100 s for the last archive: the
@@ -76,7 +77,6 @@ listops_run() {  # listops_run NAME BACKEND SEED [--set ...]
 
 path_x() {  # issue 36's pilots, then the follow-up campaign (see the header)
     : "${CAMPAIGN_END:?set CAMPAIGN_END}"
-    session_left() { echo $((CAMPAIGN_END - ($(date +%s) - START))); }  # seconds to the session's end, now
     # shellcheck disable=SC2206
     local small=(${SMALL_DATA:-} ${SMALL:-})
     started prep-path-x || detach prep-path-x data prepare path-x --preset curriculum --workers "${WORKERS:-12}" ${SMALL_DATA:-}
@@ -91,6 +91,7 @@ path_x() {  # issue 36's pilots, then the follow-up campaign (see the header)
                 --set train.steps="${PF_STEPS:-9360}" --set model.pos_emb=$pos
         done
     fi
+    [ "${FOLLOW_FROM:-}" = none ] && follow  # a chain of its own starts on Pathfinder-32's data, not waiting for Path-X's
     wait_detached prep-path-x
     if [ "${PILOTS:-1}" = 1 ] && grep -q prepared "$LOGS/prep-path-x.log" && ! started pilot-mirror; then
         local base=(--preset curriculum --seed 0 --device "$DEVICE" --time-limit "$(($(session_left) - 60))s" "${small[@]}"
@@ -105,11 +106,16 @@ path_x() {  # issue 36's pilots, then the follow-up campaign (see the header)
     fi
     wait_detached 'pilot-*'
     wait_detached 'pf32-*'
-    [ -n "${FOLLOW:-}" ] && ! alive 'pilot-*' && follow
+    alive 'pilot-*' || follow
+    wait_detached 'campaign-*'
 }
 
-follow() {  # FOLLOW's settings as campaign path-x-$FOLLOW_NAME (--from path-x-bsf2, or a chain of its own)
+session_left() { echo $((CAMPAIGN_END - ($(date +%s) - START))); }  # seconds to the session's end, now
+
+follow() {  # start FOLLOW's settings as campaign path-x-$FOLLOW_NAME (--from path-x-bsf2, or a chain of its own)
+    [ -n "${FOLLOW:-}" ] || return 0
     local name=path-x-${FOLLOW_NAME:?name the follow-up campaign} source=${FOLLOW_FROM:-path-x-bsf2} from=()
+    started "campaign-$name" && return 0
     mkdir -p /tmp/lra/campaigns
     [ -d "/tmp/lra/campaigns/$name" ] || { [ -d "campaigns/$name" ] && cp -r "campaigns/$name" /tmp/lra/campaigns/; }
     if [ "$source" != none ]; then
@@ -117,10 +123,8 @@ follow() {  # FOLLOW's settings as campaign path-x-$FOLLOW_NAME (--from path-x-b
         from=(--from "/tmp/lra/campaigns/$source")
     fi
     # shellcheck disable=SC2086
-    started "campaign-$name" || detach "campaign-$name" campaign path-x --attn "${ATTN:-block_sparse_flash}" \
-        --state "/tmp/lra/campaigns/$name" "${from[@]}" --device "$DEVICE" --workers 15 \
-        --time-limit "$(session_left)s" ${SMALL:-} $FOLLOW
-    wait_detached "campaign-$name"
+    detach "campaign-$name" campaign path-x --attn "${ATTN:-block_sparse_flash}" --state "/tmp/lra/campaigns/$name" \
+        "${from[@]}" --device "$DEVICE" --workers 15 --time-limit "$(session_left)s" ${SMALL:-} $FOLLOW
 }
 
 case $PHASE in
