@@ -55,11 +55,11 @@ def test_a_score_depends_on_the_pixels_offset_alone():
     assert rotate(q, a.cos(), a.sin()).norm() == pytest.approx(float(q.norm()), rel=1e-12)
 
 
-def _model(side: int, *sets: str, pack: int = 0):
+def _model(side: int, *sets: str, pack: int = 0, backend: str = "naive"):
     config = load_config("pathfinder", "tiny", ["model.pos_emb=rope2d", "model.dropout=0", *sets])
     if pack:
         config = config.with_settings(["model.pack_tokens=true"])
-    model = build_model(config, "naive", seq_len=side * side, pack_length=pack, **SHAPE).double().eval()
+    model = build_model(config, backend, seq_len=side * side, pack_length=pack, **SHAPE).double().eval()
     angles = grid_rotary_angles(side * side, model.encoder.blocks[0].attn.head_dim)  # the tables in fp64 (fp32 in
     model.encoder.rot_cos, model.encoder.rot_sin = angles.cos(), angles.sin()  # a run: turns exact to ~1e-7)
     return model
@@ -87,6 +87,22 @@ def test_the_classifier_is_unchanged_when_the_content_moves_on_its_black_canvas(
         torch.testing.assert_close(plain(moved), want, rtol=1e-10, atol=1e-12)
         torch.testing.assert_close(packed(moved), want, rtol=1e-10, atol=1e-12)
         torch.testing.assert_close(packed(first), want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["flash", "block_sparse_flash"])
+def test_our_kernels_take_the_turned_queries_and_keys_of_a_packed_model(backend):
+    """The Triton kernels (fp32, the CPU interpreter) on rope2d's turned, packed queries and keys give naive's output
+    (block_sparse_flash with a layout that keeps every block of this short sequence)."""
+    torch.manual_seed(TEST_SEED)
+    sets = ("model.pool=mean_all", "model.dim=32", "model.heads=2")
+    want_model = _model(12, *sets, pack=48)
+    got_model = _model(12, *sets, pack=48, backend=backend).float()
+    got_model.load_state_dict(want_model.state_dict())
+    g = torch.Generator().manual_seed(TEST_SEED + 3)
+    tokens = torch.randint(1, 257, (3, 144), generator=g)
+    tokens[torch.rand(3, 144, generator=g) < 0.7] = 0
+    with torch.no_grad():
+        torch.testing.assert_close(got_model(tokens).double(), want_model(tokens), rtol=2e-5, atol=2e-5)
 
 
 def test_learned_positions_see_the_move_where_rope2d_does_not():
