@@ -7,13 +7,14 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-HARNESS = ("lra.core", "tasks", "attention_impls", "lra.model", "lra.train", "lra.results")
+HARNESS = ("lra.core", "tasks", "attention_impls", "lra.positions", "lra.model", "lra.train", "lra.results")
 ALLOWED: dict[str, set[str]] = {
     "lra.core": {"lra.core"},
     "tasks": {"lra.core", "tasks"},
     "attention_impls": {"lra.core", "attention_impls"},
-    "lra.model": {"lra.core", "attention_impls", "lra.model"},
-    "lra.train": {"lra.core", "attention_impls", "tasks", "lra.model", "lra.train", "configs"},
+    "lra.positions": {"lra.core", "lra.positions"},
+    "lra.model": {"lra.core", "attention_impls", "lra.positions", "lra.model"},
+    "lra.train": {"lra.core", "attention_impls", "tasks", "lra.positions", "lra.model", "lra.train", "configs"},
     "lra.results": {*HARNESS, "configs"},
     "lra.bench": {*HARNESS, "lra.bench", "configs"},
     "lra.numerics": {*HARNESS, "lra.numerics", "configs"},
