@@ -13,6 +13,7 @@ from lra.core.errors import ConfigError, RunSetupError
 
 
 def sinusoidal_positions(n: int, dim: int) -> torch.Tensor:
+    """Fixed 1-D positions (1, n, dim) of Vaswani et al.: sines in the even features, cosines in the odd."""
     pos = torch.arange(n, dtype=torch.float32)[:, None]
     freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
     pe = torch.zeros(n, dim)
