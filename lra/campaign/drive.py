@@ -240,8 +240,10 @@ class Session:
         log = self.opts.state / DRAW_LOG.format(task=stage.task)
         console.print(f"campaign: drawing {stage.task}'s data on {workers} workers (log: {log})", highlight=False)
         drawing = Prefetch(stage.task, cmd, log)
-        ended = drawing.wait(1e9 if self.budget is None else self.budget.remaining() - self.budget.margin())
-        drawing.stop()
+        try:
+            ended = drawing.wait(1e9 if self.budget is None else self.budget.remaining() - self.budget.margin())
+        finally:  # the draw is a process group of its own: an interrupt (Ctrl-C) must not leave it running
+            drawing.stop()
         item["data_s"] = round(self.clock() - started, 3)
         self.save()
         if ended == "failed":
