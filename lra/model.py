@@ -29,6 +29,8 @@ from lra.core.errors import RunSetupError
 from lra.positions import GRID_RESIZE, POSITIONS, grid_rotary_angles, rotate
 
 Rotary = tuple[torch.Tensor, torch.Tensor]
+NOT_HIDDEN = -100  # reconstruct's target where no token is hidden (cross_entropy's ignore_index)
+OBJECTIVE_ONLY = ("head.", "token_head.", "encoder.mask_emb")  # weights of one train.objective, not the other
 
 
 class MultiHeadAttention(nn.Module):
@@ -75,10 +77,19 @@ class Encoder(nn.Module):
     """Embeds tokens and runs the blocks; returns one pooled vector per sequence."""
 
     def __init__(
-        self, model: Any, backend: str, *, vocab_size: int, seq_len: int, attn_options: dict, pack_length: int = 0
+        self,
+        model: Any,
+        backend: str,
+        *,
+        vocab_size: int,
+        seq_len: int,
+        attn_options: dict,
+        pack_length: int = 0,
+        masked: bool = False,
     ) -> None:
         """`model`: the config's model section (lra.train.settings.ModelSettings, read by attribute). `pack_length`
-        > 0 packs each sequence's real tokens into that many slots (see the module; the caller counts them)."""
+        > 0 packs each sequence's real tokens into that many slots (see the module; the caller counts them).
+        `masked`: a learned mask vector stands in for hidden tokens (train.objective=masked)."""
         super().__init__()
         dim, heads = model.dim, model.heads
         head_dim = model.head_dim or dim // heads
@@ -91,6 +102,7 @@ class Encoder(nn.Module):
                 self.embed.weight.normal_(0.0, model.embed_std)
                 self.embed.weight[0].zero_()
         self.cls = nn.Parameter(torch.zeros(1, 1, dim)) if self.pool == "cls" else None
+        self.mask_emb = nn.Parameter(torch.randn(dim) * model.embed_std) if masked else None
         rotary = grid_rotary_angles(seq_len, head_dim) if model.pos_emb == "rope2d" else None
         self.register_buffer("rot_cos", None if rotary is None else rotary.cos().float(), persistent=False)
         self.register_buffer("rot_sin", None if rotary is None else rotary.sin().float(), persistent=False)
@@ -119,15 +131,32 @@ class Encoder(nn.Module):
         Attention gets the key padding mask only when some sequence is padded: a mask of all True would take the
         slower masked path of some backends for nothing.
         """
+        x, mask, _, _ = self.encode(tokens, padded)
+        if self.cls is not None:
+            return x[:, 0]
+        m = mask[..., None].to(x.dtype)
+        if self.pool == "mean_all":  # padding counts as zeros: the vector shrinks with the share of real tokens
+            return (x * m).sum(1) / tokens.shape[1]
+        return (x * m).sum(1) / m.sum(1).clamp_min(1.0)
+
+    def encode(
+        self, tokens: torch.Tensor, padded: bool | None = None, hide: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(states after the final norm, [CLS] first when there is one; their mask; the tokens and `hide` in the
+        states' order, packed when the model packs, without [CLS]). `hide` (bool, tokens' shape): tokens shown as the
+        mask vector instead (train.objective=masked)."""
         b, n = tokens.shape
         if n > self.seq_len:
             raise ValueError(f"sequence of {n} tokens is longer than the model's {self.seq_len}")
         if self.pack_length:
             tokens, where = pack_real(tokens, self.pack_length)
+            hide = None if hide is None else hide.gather(1, where)
             padded = True
         else:
             where = None  # the first n pixels, in order
         x = self.embed(tokens)
+        if hide is not None:
+            x = torch.where(hide[..., None], self.mask_emb.to(x.dtype), x)
         if self.pos is not None:
             x = x + (self.pos[:, :n] if where is None else self.pos[0, where])
         mask = tokens != 0
@@ -141,13 +170,7 @@ class Encoder(nn.Module):
         rotary = self.rotary(where, n) if self.rot_cos is not None else None
         for block in self.blocks:
             x = block(x, attn_mask, rotary)
-        x = self.norm(x)
-        if self.cls is not None:
-            return x[:, 0]
-        m = mask[..., None].to(x.dtype)
-        if self.pool == "mean_all":  # padding counts as zeros: the vector shrinks with the share of real tokens
-            return (x * m).sum(1) / n
-        return (x * m).sum(1) / m.sum(1).clamp_min(1.0)
+        return self.norm(x), mask, tokens, hide
 
     def rotary(self, where: torch.Tensor | None, n: int) -> Rotary:
         """(cos, sin) of the rotary angles of the pixels `where` ((B, N) packed; None: the first n), shaped (B or 1, 1,
@@ -199,22 +222,39 @@ class Classifier(nn.Module):
                 f"model.pack_tokens needs a pack length of 1..{seq_len}, got {pack_length} slots for sequences of "
                 f"{seq_len} tokens (lra.train.feed.pack_length_for counts them in the data)"
             )
+        masked = config.train.objective == "masked"
         shape = dict(vocab_size=vocab_size, seq_len=seq_len, pack_length=pack_length if model.pack_tokens else 0)
-        self.encoder = Encoder(model, backend, attn_options=options, **shape)
+        self.encoder = Encoder(model, backend, attn_options=options, masked=masked, **shape)
         dim = model.dim
         hidden = model.classifier_dim or model.mlp_dim
-        self.head = nn.Sequential(
-            nn.Linear(4 * dim if pair else dim, hidden), nn.ReLU(), nn.Linear(hidden, num_classes)
-        )
+        self.head = self.token_head = None
+        if masked:  # self-pretraining names tokens; the classifier head comes with the run that starts from it
+            self.token_head = nn.Linear(dim, vocab_size)
+        else:
+            self.head = nn.Sequential(
+                nn.Linear(4 * dim if pair else dim, hidden), nn.ReLU(), nn.Linear(hidden, num_classes)
+            )
 
     def forward(self, tokens: torch.Tensor, padded: Sequence[bool] | None = None) -> torch.Tensor:
         """Logits; `padded`: per document (one, or two for pairs), whether any sequence of the batch has padding
         (`padding_flags`; None: the encoder looks, which syncs with the device and breaks a compiled graph)."""
+        if self.head is None:
+            raise RunSetupError("a train.objective=masked model names hidden tokens (reconstruct); it has no classes")
         first, second = (None, None) if padded is None else (padded[0], padded[-1])
         if self.pair:
             e1, e2 = self.encoder(tokens[:, 0], first), self.encoder(tokens[:, 1], second)
             return self.head(torch.cat([e1, e2, e1 * e2, e1 - e2], dim=-1))
         return self.head(self.encoder(tokens, first))
+
+    def reconstruct(
+        self, tokens: torch.Tensor, hide: torch.Tensor, padded: Sequence[bool] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits over the vocabulary (B, L, V), targets (B, L)) for `tokens` with `hide` (bool, tokens' shape)
+        shown as the mask vector, in the encoder's (packed) order: a target is the hidden token, else NOT_HIDDEN."""
+        x, _, tokens, hide = self.encoder.encode(tokens, None if padded is None else padded[0], hide)
+        if self.encoder.cls is not None:
+            x = x[:, 1:]
+        return self.token_head(x), torch.where(hide, tokens, torch.full_like(tokens, NOT_HIDDEN))
 
 
 def padding_flags(tokens: torch.Tensor | np.ndarray, *, pair: bool) -> tuple[bool, ...]:
@@ -236,9 +276,17 @@ def load_init(model: nn.Module, state: dict[str, torch.Tensor], *, positions: st
     """Load weights from another run (shapes may differ only in the positional table, which is resized on the 2-D
     grid as `positions` says: a GRID_RESIZE key, train.init_positions).
 
-    Returns the names that were adapted. The classifier head is taken too: the tasks share their label set.
+    Returns the names that were adapted. The classifier head is taken too: the tasks share their label set. Between
+    the two objectives (train.objective) only the encoder is carried: a classifier started from a self-pretraining
+    run leaves its mask vector and token head behind and starts its head fresh (and the other way round).
     """
     own = model.state_dict()
+    for name in [n for n in state if n not in own and n.startswith(OBJECTIVE_ONLY)]:
+        del state[name]
+    fresh = [n for n in own if n not in state]
+    if any(not n.startswith(OBJECTIVE_ONLY) for n in fresh):
+        missing = ", ".join(n for n in fresh if not n.startswith(OBJECTIVE_ONLY))
+        raise RunSetupError(f"init_from: this model's {missing} are not in the checkpoint; the architectures differ")
     adapted = []
     for name, value in state.items():
         if name not in own:
@@ -251,5 +299,5 @@ def load_init(model: nn.Module, state: dict[str, torch.Tensor], *, positions: st
                 raise RunSetupError(
                     f"init_from: {name} has shape {tuple(value.shape)} but this model needs {tuple(own[name].shape)}"
                 )
-    model.load_state_dict(state)
+    model.load_state_dict(state, strict=not fresh)
     return adapted

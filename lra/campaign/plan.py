@@ -74,6 +74,11 @@ def plan_stages(target: str, *, attn: str, preset: str, seed: int, overrides: li
                           f"({' -> '.join(t for t, _ in reversed(chain))})")  # fmt: skip
     stages = [Stage(i, t, c) for i, (t, c) in enumerate(reversed(chain), 1)]
     check_same_model(stages)
+    masked = [s.task for s in stages if s.config.train.objective != "classify"]
+    if masked:
+        raise ConfigError(f"campaign: stage {masked[0]} has train.objective=masked; a campaign's stages classify "
+                          "(self-pretrain with `lra run TASK --set train.objective=masked` and start a run from it "
+                          "with train.init_from)")  # fmt: skip
     return stages
 
 

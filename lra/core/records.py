@@ -68,15 +68,17 @@ def run_record(
     sessions: list[dict[str, Any]],
     run_dir: str,
     env: Mapping[str, Any],
+    kind: str = "run",
 ) -> Record:
-    """A finished `lra run` (kind 'run'): its test and validation figures in `metrics`, the resolved config and its
+    """A finished `lra run` (kind 'run'; 'pretrain' for train.objective=masked, whose figures name hidden tokens and
+    stay out of the accuracy tables): its test and validation figures in `metrics`, the resolved config and its
     hash, the evaluation history, and the calls (`sessions`: steps and seconds of each, a run resumed across
     machines has several). `attention_dropout_applied`: None when the run asked for no attention dropout,
     False when its backend applies none."""
     fields = {"task": task, "backend": backend, "preset": preset, "steps": steps, "seq_len": seq_len}
     fields |= {"world_size": world_size, "metrics": metrics, "config": config, "config_hash": config_hash}
     fields |= {"compile": compile_info(compile), "attention_dropout_applied": attention_dropout_applied}
-    return _record("run", env, {**fields, "history": history, "sessions": sessions, "run_dir": run_dir})
+    return _record(kind, env, {**fields, "history": history, "sessions": sessions, "run_dir": run_dir})
 
 
 def bench_train_record(

@@ -63,7 +63,7 @@ def _write_record(record: dict[str, Any], store: Path) -> Path:
     stamp = str(record.get("date") or "").replace(":", "").replace("-", "")
     seed = (record.get("config") or {}).get("train", {}).get("seed")
     parts = [record.get("kind", "record"), record.get("task"), record.get("backend"), record.get("preset")]
-    parts += [f"s{seed}" if seed is not None and record.get("kind") == "run" else None, stamp]
+    parts += [f"s{seed}" if seed is not None and record.get("kind") in ("run", "pretrain") else None, stamp]
     base = _slug("__".join(str(p) for p in parts if p))
     store.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=store)

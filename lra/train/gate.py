@@ -21,6 +21,7 @@ from lra.core.errors import RunSetupError
 from lra.train.augment import check_augment
 from lra.train.batches import rank_batch
 from lra.train.config import RunConfig
+from lra.train.objective import check_objective
 from tasks.registry import TASKS, build_task
 
 
@@ -57,6 +58,7 @@ def gate(
     m = config.model
     task_class = TASKS.get(config.task)
     check_augment(config.train.augment, config.task, task_class.pose_invariant)
+    check_objective(config.train.objective, config.task, task_class.pair)
     per_rank = rank_batch(config.train.batch_size, world_size)
     reason = why_cannot_run(backend, device, None, m.resolved_head_dim, dropout=m.attention_dropout)
     pads_inside = task_class.pads_inside(config.data) and not m.pack_tokens

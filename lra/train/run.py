@@ -40,6 +40,7 @@ from lra.train.device import resolve_device
 from lra.train.display import Throughput, Window, stats_text, train_progress
 from lra.train.feed import Feed, TrainBatches, pack_length_for, place_split
 from lra.train.gate import gate
+from lra.train.objective import majority_token
 from lra.train.pace import loop_pace
 from lra.train.trainer import Trainer, build_trainer
 from tasks import build_task
@@ -185,10 +186,14 @@ def _init_from(
     path = Path(root or ".") / source
     if path.is_dir():
         path = path / BEST if (path / BEST).is_file() else path / LAST
-    adapted = load_init(model, load_checkpoint(path)["model"], positions=positions)
+    state = load_checkpoint(path)["model"]
+    pretrained = any(k.startswith("token_head.") for k in state) and getattr(model, "head", None) is not None
+    adapted = load_init(model, state, positions=positions)
     if adapted and dist.is_main():
         how = "upsampled" if positions == "upsample" else "mirror-tiled"
         console.print(f"init_from {source}: {how} {', '.join(adapted)} on the 2-D grid")
+    if pretrained and dist.is_main():
+        console.print(f"init_from {source}: the encoder of a self-pretraining run; the classifier head starts fresh")
 
 
 class _Run:
@@ -379,8 +384,9 @@ class _Run:
         if self.main:
             self.dir.write_summary(summary)
             m = summary["metrics"]
+            what = "masked-token acc" if self.trainer.masked else "acc"  # train.objective=masked names tokens
             console.print(
-                f"[bold green]done[/] {self.info}: test acc {m['test_acc']:.4f} (val {m['val_acc']:.4f}, majority "
+                f"[bold green]done[/] {self.info}: test {what} {m['test_acc']:.4f} (val {m['val_acc']:.4f}, majority "
                 f"{m['majority_acc']:.4f}), {m['steps_per_s']:.2f} steps/s, {m['tokens_per_s']:,.0f} tokens/s",
                 highlight=False,
             )
@@ -399,7 +405,7 @@ class _Run:
             "peak_mem_mb": torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None,
             "train_time_s": state.train_time,
             "time_to_acc_s": dict(state.thresholds),
-            "majority_acc": majority(self.splits["test"].labels),
+            "majority_acc": self.majority(),
         }
         if self.pack_length:
             metrics["pack_length"] = self.pack_length  # the encoder's width under model.pack_tokens
@@ -419,7 +425,13 @@ class _Run:
             sessions=state.sessions,
             run_dir=str(self.dir.path),
             env=environment(dev),
+            kind="pretrain" if self.trainer.masked else "run",
         )
+
+    def majority(self) -> float:
+        """What a constant guess scores on the test split: the commonest label, or (masked) the commonest token."""
+        test = self.splits["test"]
+        return majority_token(test.tokens) if self.trainer.masked else majority(test.labels)
 
 
 def majority(labels: np.ndarray) -> float:

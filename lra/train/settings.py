@@ -192,6 +192,15 @@ class TrainSettings:
         "training images shown in a random pose of eight (flips, quarter turns): Pathfinder's tasks only",
         since=True,
     )  # fmt: skip
+    objective: str = setting(
+        "classify", Setting("enum", choices=("classify", "masked")),
+        "classify (the labels) or masked: self-pretraining, hidden tokens named from the rest (lra/train/objective.py)",
+        since=True,
+    )  # fmt: skip
+    mask_rate: float = setting(
+        0.15, Setting("float", low=0, high=1, low_open=True, high_open=True),
+        "train.objective=masked: the share of each sequence's real tokens hidden (BERT's 0.15)", since=True,
+    )  # fmt: skip
     acc_thresholds: tuple[float, ...] = setting(
         [0.5, 0.6, 0.7], Setting("list", item=Setting("float", low=0, high=1)),
         "validation accuracies whose first wall-clock time is recorded",

@@ -24,6 +24,7 @@ from lra.train.compiled import CompiledLoss, LossModel, compile_errors, resolve_
 from lra.train.config import RunConfig
 from lra.train.device import autocast_dtype, wants_loss_scaling
 from lra.train.feed import Feed, HostSplit
+from lra.train.objective import EVAL_SEED, MaskedLossModel
 from lra.train.schedules import beta1_at, lr_factor
 from lra.train.settings import TrainSettings
 from tasks.base import Split, Task
@@ -95,7 +96,11 @@ class Trainer:
             eps=train.eps,
             **self.fused,
         )
-        loss_model = LossModel(model, device_type=device.type, autocast=autocast)
+        self.masked = train.objective == "masked"
+        if self.masked:
+            loss_model = MaskedLossModel(model, rate=train.mask_rate, device_type=device.type, autocast=autocast)
+        else:
+            loss_model = LossModel(model, device_type=device.type, autocast=autocast)
         self.loss = CompiledLoss(loss_model, compile_mode, device=device, name=name)
         if loss_scaling is None:
             loss_scaling = wants_loss_scaling(device, autocast)
@@ -185,6 +190,8 @@ class Trainer:
         for start in range(dist.rank() * width, n, width * dist.world_size()):
             stop = min(start + width, n)
             b = feed.batch(np.arange(start, stop), pad_to=width)
+            if self.masked:  # every evaluation hides the same tokens of each batch
+                torch.manual_seed(EVAL_SEED + start)
             losses, hits = self.loss(b.tokens, b.labels, b.padded, "none")
             totals[0] += losses[: stop - start].double().sum()
             totals[1] += hits[: stop - start].sum()
