@@ -11,8 +11,9 @@
 #        path-x: issue 36, the same command on every call of a session (docs/path_x_campaign.md, "Next"):
 #            Path-X's data drawn detached on 12 cores and Pathfinder-32's on 4 (once); two Pathfinder-32 pilots with
 #            positions that need no resizing (model.pos_emb=sincos2d and rope2d, 9,360 steps each) once its data is
-#            there; once Path-X's is, five Path-X pilots side by side, each 1,560 steps from path-x-bsf2's Path-64
-#            stage. PILOTS=0 skips the Path-X pilots, PF_PILOTS=0 the Pathfinder-32 ones. FOLLOW="--set KEY=VALUE
+#            there; once Path-X's is, six Path-X pilots side by side, each 1,560 steps from path-x-bsf2's Path-64
+#            stage, the sixth self-pretraining (train.objective=masked), then a classifier from it (tune-spt,
+#            1,560 steps, as soon as it ends). PILOTS=0 skips the Path-X pilots, PF_PILOTS=0 the Pathfinder-32 ones. FOLLOW="--set KEY=VALUE
 #            ..." FOLLOW_NAME=NAME (a later call): once no Path-X pilot runs, `lra campaign path-x` into
 #            campaigns/path-x-NAME with those settings, --from path-x-bsf2 (its first two stages), detached, until
 #            CAMPAIGN_END; with FOLLOW_FROM=none a chain of its own from Pathfinder-32, started as soon as that data
@@ -93,20 +94,29 @@ path_x() {  # issue 36's pilots, then the follow-up campaign (see the header)
     fi
     [ "${FOLLOW_FROM:-}" = none ] && follow  # a chain of its own starts on Pathfinder-32's data, not waiting for Path-X's
     wait_detached prep-path-x
+    local bsf=${PILOT_ATTN:-block_sparse_flash} flash=${PILOT_ATTN:-flash}
+    local run=(--preset curriculum --seed 0 --device "$DEVICE" "${small[@]}" --set train.steps="${PILOT_STEPS:-1560}")
     if [ "${PILOTS:-1}" = 1 ] && grep -q prepared "$LOGS/prep-path-x.log" && ! started pilot-mirror; then
-        local base=(--preset curriculum --seed 0 --device "$DEVICE" --time-limit "$(($(session_left) - 60))s" "${small[@]}"
-                    --set train.steps="${PILOT_STEPS:-1560}" --set train.init_from=campaigns/path-x-bsf2/path-64)
+        local base=("${run[@]}" --time-limit "$(($(session_left) - 60))s" --set train.init_from=campaigns/path-x-bsf2/path-64)
         local mirror=(--set train.init_positions=mirror) mean=(--set model.pool=mean)
-        local bsf=${PILOT_ATTN:-block_sparse_flash} flash=${PILOT_ATTN:-flash}
         detach pilot-mirror run path-x --attn "$bsf" "${base[@]}" "${mirror[@]}"
         detach pilot-mean run path-x --attn "$bsf" "${base[@]}" "${mean[@]}"
         detach pilot-flash run path-x --attn "$flash" "${base[@]}"
         detach pilot-all run path-x --attn "$flash" "${base[@]}" "${mirror[@]}" "${mean[@]}"
         detach pilot-posed run path-x --attn "$bsf" "${base[@]}" "${mirror[@]}" --set train.augment=dihedral
+        # self-pretraining on Path-X's own images (from the Path-64 stage's encoder), then a classifier from it
+        detach pilot-spt run path-x --attn "$bsf" "${base[@]}" "${mirror[@]}" --set train.objective=masked \
+            --out /tmp/lra/runs/path-x-spt
+    fi
+    wait_detached 'pilot-spt'
+    if [ "${PILOTS:-1}" = 1 ] && [ -f /tmp/lra/runs/path-x-spt/summary.json ] && ! started tune-spt; then
+        detach tune-spt run path-x --attn "$bsf" "${run[@]}" --time-limit "$(($(session_left) - 60))s" \
+            --set train.init_from=/tmp/lra/runs/path-x-spt
     fi
     wait_detached 'pilot-*'
+    wait_detached 'tune-*'
     wait_detached 'pf32-*'
-    alive 'pilot-*' || follow
+    alive 'pilot-*' || alive 'tune-*' || follow
     wait_detached 'campaign-*'
 }
 
