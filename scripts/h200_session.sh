@@ -6,6 +6,10 @@
 # PHASE  listops-reruns: issue 34's ListOps runs that wait on a fix (docs/baselines.md): reformer seeds 0-2 with its
 #            scale fixed, local seeds 0-2 at the paper's window 128, linear unnormalised and performer with zeroed keys
 #        listops-seeds: seeds 1-2 of the ListOps baselines that trained (issue 34)
+#        listops-fly: issue 34, seed 0 of linear, performer and flash on ListOps under `--preset fly` (the
+#            FlashAttention authors' own baseline configs, 30,000 steps of LRA's model; docs/baselines.md): does the
+#            paper's recipe for the baselines take linear and performer off the plateau? Side by side; a run that does
+#            not end within the call's LIMIT is lost (its state, ~150 MB, is too big to come back)
 #        speed: issue 34's speed table: `lra bench train --preset fa-paper --compile max --synthetic`, every baseline
 #            beside compiled naive, task by task while time is left (nystrom once more without its convolution)
 #        path-x: issue 36, the same command on every call of a session (docs/path_x_campaign.md, "Next"):
@@ -24,9 +28,10 @@
 # last lease's budget_left_s less 100, 1,540 on a fresh session's first call. Detached runs take their time limits
 # from it when they start.
 #
-# Dry runs on a CPU: PRESET=tiny DEVICE=cpu for listops-seeds and speed; for path-x, DEVICE=cpu PILOT_ATTN=naive
-# ATTN=naive WORKERS=1 PF_WORKERS=1 SMALL_DATA="--set data.num_train=32 --set data.num_val=16 --set data.num_test=16
-# --set data.downsample=2" SMALL="--set train.batch_size=8" PILOT_STEPS=4 PF_STEPS=4, and OUT a scratch folder.
+# Dry runs on a CPU: PRESET=tiny DEVICE=cpu for listops-seeds and speed (listops-fly has no small form); for path-x,
+# DEVICE=cpu PILOT_ATTN=naive ATTN=naive WORKERS=1 PF_WORKERS=1 SMALL_DATA="--set data.num_train=32 --set
+# data.num_val=16 --set data.num_test=16 --set data.downsample=2" SMALL="--set train.batch_size=8" PILOT_STEPS=4
+# PF_STEPS=4, and OUT a scratch folder.
 #
 # Runs live in /tmp/lra (kept while the machine stays warm; the next call must come within 30 s). Everything comes
 # back as $OUT/back.tgz.part* (a call returns 8 files of at most 16 MiB): the records (results/), the logs and the
@@ -155,6 +160,13 @@ listops-seeds)
     done
     listops_run listops-linformer-s2 linformer 2
     ;;
+listops-fly)
+    lra data prepare listops --preset fly --workers 16 > "$LOGS/prep-listops.log" 2>&1
+    for attn in linear performer flash; do
+        bg "listops-fly-$attn-s0" run listops --attn "$attn" --preset fly --device "$DEVICE" --seed 0 \
+            --time-limit "$(left)s"
+    done
+    ;;
 speed)
     baselines=naive,linformer,linear,performer,local,reformer,smyrf,sparse_transformer,longformer,sinkhorn
     baselines=$baselines,synthesizer,bigbird,nystrom
@@ -171,7 +183,7 @@ path-x)
     path_x
     ;;
 *)
-    echo "unknown phase $PHASE (listops-reruns, listops-seeds, speed, path-x)" >&2
+    echo "unknown phase $PHASE (listops-reruns, listops-seeds, listops-fly, speed, path-x)" >&2
     exit 2
     ;;
 esac

@@ -103,9 +103,10 @@ def bench_train(
             pack = pack_length_for([split], task.seq_len) if cfg.model.pack_tokens else 0
             for backend in backends:
                 progress.update(bar, description=f"bench train {task_name} N={task.seq_len} {backend}")
-                for mode in compile_modes or default_modes(cfg, dev):
-                    mode_cfg = cfg.with_settings([f"train.compile={mode}"])
-                    reason = _refusal(cfg, backend, dev, data_dir, pack_length=pack or None)
+                own = load_config(task_name, preset, list(overrides or []) + extra, backend=backend)
+                for mode in compile_modes or default_modes(own, dev):
+                    mode_cfg = own.with_settings([f"train.compile={mode}"])
+                    reason = _refusal(own, backend, dev, data_dir, pack_length=pack or None)
                     if reason:
                         outcome = _failed(f"unsupported: {reason}", mode, dev)
                     else:

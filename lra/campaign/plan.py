@@ -63,7 +63,7 @@ def plan_stages(target: str, *, attn: str, preset: str, seed: int, overrides: li
             where = f"{chain[-1][0]}'s train.init_from" if chain else "the target"
             raise ConfigError(f"campaign {target}: {where} names {task!r}, which is no task; known: "
                               f"{', '.join(available_configs())}")  # fmt: skip
-        config = load_config(task, preset, [*common, *per_stage.get(task, []), f"train.seed={seed}"])
+        config = load_config(task, preset, [*common, *per_stage.get(task, []), f"train.seed={seed}"], backend=attn)
         chain.append((task, config.for_backend(attn)))
         task = config.train.init_from
         if len(chain) > MAX_STAGES:

@@ -158,7 +158,9 @@ def _device_problems(runs, device: str | None) -> list[str]:
         if key in seen:
             continue
         seen.add(key)
-        config = load_config(run.task, None if run.preset == DEFAULT else run.preset, list(run.overrides))
+        config = load_config(
+            run.task, None if run.preset == DEFAULT else run.preset, list(run.overrides), backend=run.attn
+        )
         try:
             gate(config, run.attn, dev)  # each run's own gate, asked before any of them starts
         except (ConfigError, RunSetupError) as e:

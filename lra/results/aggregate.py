@@ -176,7 +176,7 @@ def _current_config(task: str, preset: str, backend: str) -> str | None:
     from lra.train.config import load_config
 
     try:
-        config = load_config(task, None if preset == "default" else preset).for_backend(backend)
+        config = load_config(task, None if preset == "default" else preset, backend=backend).for_backend(backend)
     except (LraError, KeyError, ValueError):
         return None
     return json.dumps(seed_free_config(config), sort_keys=True, default=str)

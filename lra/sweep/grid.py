@@ -126,8 +126,8 @@ def build_grid(
     for task, label in zip(tasks, labels):
         for preset in presets:
             for seed in seeds:
-                config = _resolve(task, preset, overrides, seed)
                 for attn in attns:
+                    config = _resolve(task, preset, overrides, seed, attn)
                     run_dir = Path(root).resolve() / label / attn / (preset + suffix) / f"s{seed}"
                     runs.append(
                         Run(
@@ -145,10 +145,12 @@ def build_grid(
     return runs
 
 
-def _resolve(task: str, preset: str, overrides: list[str], seed: int) -> RunConfig:
+def _resolve(task: str, preset: str, overrides: list[str], seed: int, attn: str) -> RunConfig:
     """The config `lra run` will resolve for this cell (the same call, so the same hash)."""
     try:
-        return load_config(task, None if preset == DEFAULT else preset, [*overrides, f"train.seed={seed}"])
+        return load_config(
+            task, None if preset == DEFAULT else preset, [*overrides, f"train.seed={seed}"], backend=attn
+        )
     except ConfigError as e:
         raise ConfigError(f"sweep cell {task_label(task)} / preset {preset}: {e}") from None
 

@@ -1,7 +1,9 @@
 """Run configuration: a task's YAML, a preset overlay, then `--set key=value` overrides, validated and hashed.
 
 A config has the sections `task`, `data` (the task's own settings), `model`, `train`, `attention` (per-backend
-options, keyed by backend name) and `presets` (overlays: `tiny`, `fa-paper`). Every key must be known: a typo is an
+options, keyed by backend name) and `presets` (overlays: `tiny`, `fa-paper`, `fly`). A preset may hold `backends:`,
+model and train settings for one backend's runs only (`backends: {local: {model: {pool: mean}}}`), applied after the
+preset and before `--set` when the config is loaded for that backend. Every key must be known: a typo is an
 error that lists the valid keys, never a silently ignored setting. Every model, train and data setting has a declared
 type and range (lra.train.settings), checked on the merged config, so YAML and `--set` values are checked alike;
 every `attention:` block names a registered backend and options it takes (a misspelling names the closest).
@@ -224,8 +226,11 @@ class RunConfig:
         return resolve({**plain, "preset": preset})
 
 
-def load_config(task: str, preset: str | None = None, overrides: list[str] | None = None) -> RunConfig:
-    """The resolved config for `task` (a name or a YAML path) with `preset` and `--set` overrides applied."""
+def load_config(
+    task: str, preset: str | None = None, overrides: list[str] | None = None, *, backend: str | None = None
+) -> RunConfig:
+    """The resolved config for `task` (a name or a YAML path) with `preset`, then the preset's settings for `backend`
+    (its `backends:` block; none when `backend` is None), then `--set` overrides applied."""
     from tasks.registry import task_options
 
     path = config_path(task)
@@ -242,12 +247,42 @@ def load_config(task: str, preset: str | None = None, overrides: list[str] | Non
     if preset is not None:
         if preset not in presets:
             raise ConfigError(f"unknown preset {preset!r} for {task_name}; presets: {', '.join(sorted(presets))}")
-        config = _overlay(config, presets[preset] or {}, f"preset {preset!r}")
+        overlay = dict(presets[preset] or {})
+        own = backend_overlays(overlay.pop("backends", None), f"{path}: preset {preset!r}")
+        config = _overlay(config, overlay, f"preset {preset!r}")
+        if backend in own:
+            config = _overlay(config, own[backend], f"preset {preset!r} backends.{backend}")
     for item in overrides or []:
         parts, value = parse_override(item)
         config = _overlay(config, _nest(parts, value), f"--set {item}")
     config["preset"] = preset or "default"
     return resolve(config)
+
+
+BACKEND_SECTIONS = ("model", "train")
+
+
+def backend_overlays(blocks: Any, where: str) -> dict[str, dict[str, Any]]:
+    """A preset's `backends:` block checked: registered backend names, each with model and train settings only
+    (backend options belong in the preset's `attention:` block, which is per backend already)."""
+    from attention_impls.registry import BACKENDS
+
+    if blocks is None:
+        return {}
+    if not isinstance(blocks, dict):
+        raise ConfigError(f"{where}: backends must map backend names to settings, got {blocks!r}")
+    for name, overlay in blocks.items():
+        if name not in BACKENDS:
+            raise ConfigError(
+                f"{where}: backends.{name}: no attention backend {name!r}{did_you_mean(name, BACKENDS.names())}; "
+                f"backends: {', '.join(BACKENDS.names())}"
+            )
+        if not isinstance(overlay, dict) or set(overlay) - set(BACKEND_SECTIONS):
+            raise ConfigError(
+                f"{where}: backends.{name} may set the sections {' and '.join(BACKEND_SECTIONS)} only, got "
+                f"{overlay!r}; a backend's own options go in the preset's attention.{name} block"
+            )
+    return blocks
 
 
 def resolve(config: dict[str, Any]) -> RunConfig:
