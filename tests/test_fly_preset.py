@@ -163,3 +163,27 @@ def test_a_backends_block_setting_is_checked_like_any_other(tmp_path):
     path = _preset_file(tmp_path, "{local: {model: {poool: mean}}}")
     with pytest.raises(ConfigError, match="poool"):
         load_config(path, "p", backend="local")
+
+
+def test_the_fly_table_puts_a_run_beside_the_paper_s_row_of_its_method():
+    """A canonical fly run of `linear` lands in the preset's own accuracy table, beside the FlashAttention paper's
+    Linear Attention row (38.8 on ListOps, its Table 3) and the other five baselines' rows, and in no other table."""
+    from lra.results.accuracy import accuracy_tables
+
+    def record(seed: int, acc: float) -> dict:
+        config = load_config("listops", "fly", [f"train.seed={seed}"], backend="linear").for_backend("linear")
+        return {"kind": "run", "task": "listops", "backend": "linear", "preset": "fly", "config": config.to_dict(),
+                "metrics": {"test_acc": acc, "val_acc": acc}, "_store": "curated", "_path": f"r{seed}.json",
+                "date": f"2026-12-0{seed + 1}"}  # fmt: skip
+
+    tables = accuracy_tables([record(0, 0.30), record(1, 0.34)])
+    fly = [t for t in tables if t.title.startswith("Accuracy, preset fly")]
+    assert len(fly) == 1
+    rows = {row[0].text: row for row in fly[0].rows}
+    assert rows["linear"][1].text.startswith("32.0 ± 2.8 (n=2)")
+    paper = {name: row for name, row in rows.items() if row.published}
+    assert sorted(paper) == sorted(["Linformer", "Linear Attention", "Performer", "Local Attention", "Reformer",
+                                    "Smyrf"])  # fmt: skip
+    assert paper["Linear Attention"][1].text == "38.8"
+    others = [t for t in tables if t is not fly[0]]
+    assert not any(row[0].text == "linear" for t in others for row in t.rows if not row.published)

@@ -23,6 +23,7 @@ from lra.results.table import NO_DROPOUT_NOTE, Cell, Row, Table, dropout_marked,
 PRESET_TITLES = {
     "default": "the LRA configs",
     "fa-paper": "the FlashAttention paper's recipe",
+    "fly": "the FlashAttention authors' configs for the approximate baselines",
     "tiny": "CPU-sized smoke runs",
 }
 

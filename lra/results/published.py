@@ -3,8 +3,9 @@
 LRA: Tay et al. 2020, "Long Range Arena", Table 1 (test accuracy, %; FAIL = not above chance on Path-X).
 FlashAttention: Dao et al. 2022, Table 3 (LRA accuracy and training speed-up over their Transformer) and Table 6
 (Path-X, Path-256). Each paper's rows are compared with runs of the recipe it trained with: the LRA paper's with the
-LRA configs (preset `default`), the FlashAttention paper's with its recipe (preset `fa-paper`). The figures are in
-`published.csv` beside this module (one line per paper and row; paper `lra` or `flash`).
+LRA configs (preset `default`), the FlashAttention paper's with its recipe (preset `fa-paper`), and its approximate
+baselines' rows, tuned per method (its app. E.3), also with its authors' configs for them (preset `fly`). The figures
+are in `published.csv` beside this module (one line per paper and row; paper `lra` or `flash`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ class Paper:
 
 _EXACT = ("naive", "sdpa_flash", "sdpa_cudnn", "sdpa_mem_efficient", "sdpa_math", "flex", "flash_blockwise")
 _EXACT += ("flash_attn",)
+# the FlashAttention paper's approximate baselines: our backend -> its row
+_BASELINES = {"linformer": "Linformer", "linear": "Linear Attention", "performer": "Performer"}
+_BASELINES |= {"local": "Local Attention", "reformer": "Reformer", "smyrf": "Smyrf"}
 
 PAPERS = (
     Paper(
@@ -78,9 +82,15 @@ PAPERS = (
         {
             **dict.fromkeys(_EXACT, "Transformer"),
             **{"flash": "FlashAttention", "block_sparse_flash": "Block-sparse FlashAttention"},
-            **{"linformer": "Linformer", "linear": "Linear Attention", "performer": "Performer"},
-            **{"local": "Local Attention", "reformer": "Reformer", "smyrf": "Smyrf"},
+            **_BASELINES,
         },
+    ),
+    Paper(
+        "FlashAttention paper",
+        "Dao et al. 2022, Table 3, its approximate baselines: tuned per method, app. E.3; the configs, its authors' fly",
+        "fly",
+        {row: FLASH_PAPER[row] for row in _BASELINES.values()},
+        _BASELINES,
     ),
 )
 SPEEDUP_PRESET = "fa-paper"  # FLASH_PAPER_SPEEDUP was measured on the FlashAttention paper's recipe
