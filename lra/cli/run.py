@@ -66,9 +66,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if args.seed is not None:
         overrides.append(f"train.seed={args.seed}")
-    config = load_config(
-        args.task, args.preset, overrides, backend=args.attn
-    )  # bad settings fail here, before any process starts
+    # bad settings (the backend's own preset settings too) fail here, before any process starts
+    config = load_config(args.task, args.preset, overrides, backend=args.attn)
     check_nproc(args.nproc)
     if args.nproc > 1:
         from lra.train.device import resolve_device

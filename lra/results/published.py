@@ -87,7 +87,7 @@ PAPERS = (
     ),
     Paper(
         "FlashAttention paper",
-        "Dao et al. 2022, Table 3, its approximate baselines: tuned per method, app. E.3; the configs, its authors' fly",
+        "Dao et al. 2022, Table 3, its approximate baselines (tuned per method, app. E.3; configs: its authors' fly)",
         "fly",
         {row: FLASH_PAPER[row] for row in _BASELINES.values()},
         _BASELINES,
