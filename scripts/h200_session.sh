@@ -8,8 +8,10 @@
 #        listops-seeds: seeds 1-2 of the ListOps baselines that trained (issue 34)
 #        listops-fly: issue 34, seed 0 of linear, performer and flash on ListOps under `--preset fly` (the
 #            FlashAttention authors' own baseline configs, 30,000 steps of LRA's model; docs/baselines.md): does the
-#            paper's recipe for the baselines take linear and performer off the plateau? Side by side; a run that does
-#            not end within the call's LIMIT is lost (its state, ~150 MB, is too big to come back)
+#            paper's recipe for the baselines take linear and performer off the plateau? Beside them, linear and
+#            performer under fa-paper for 30,000 steps instead of 5,000 (minutes each): is it only the step budget?
+#            Side by side; a fly run that does not end within the call's LIMIT is lost (its state, ~150 MB, is too big
+#            to come back)
 #        speed: issue 34's speed table: `lra bench train --preset fa-paper --compile max --synthetic`, every baseline
 #            beside compiled naive, task by task while time is left (nystrom once more without its convolution)
 #        path-x: issue 36, the same command on every call of a session (docs/path_x_campaign.md, "Next"):
@@ -165,6 +167,9 @@ listops-fly)
     for attn in linear performer flash; do
         bg "listops-fly-$attn-s0" run listops --attn "$attn" --preset fly --device "$DEVICE" --seed 0 \
             --time-limit "$(left)s"
+    done
+    for attn in linear performer; do
+        listops_run "listops-$attn-30k-s0" "$attn" 0 --set train.steps=30000 --set train.eval_every=250
     done
     ;;
 speed)
