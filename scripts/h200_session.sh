@@ -10,7 +10,7 @@
 #            FlashAttention authors' own baseline configs, 30,000 steps of LRA's model; docs/baselines.md): does the
 #            paper's recipe for the baselines take linear and performer off the plateau? Beside them, linear and
 #            performer under fa-paper for 30,000 steps instead of 5,000 (minutes each): is it only the step budget?
-#            Side by side; a fly run that does not end within the call's LIMIT is lost (its state, ~150 MB, is too big
+#            Side by side; a fly run that does not end within the call's LIMIT is lost (its state, ~110 MB, is too big
 #            to come back)
 #        speed: issue 34's speed table: `lra bench train --preset fa-paper --compile max --synthetic`, every baseline
 #            beside compiled naive, task by task while time is left (nystrom once more without its convolution)
