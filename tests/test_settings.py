@@ -32,7 +32,7 @@ TINY_RUN = ["--device", "cpu", "--preset", "tiny", "--set", "train.steps=4", "--
 def old_config_hash(config: dict) -> str:
     """The config hash as computed before the frozen config (a copy of the old code, the independent reference):
     model.embed_std filled in at 1.0 where missing, data.black_padding and model.pack_tokens (added later) left out at
-    False, the three speed-only train settings left out."""
+    False, the train settings added later left out at their first values, the speed-only train settings left out."""
     config = dict(config)
     config["model"] = {"embed_std": 1.0, **config["model"]}
     if config["model"].get("pack_tokens") is False:
@@ -41,6 +41,8 @@ def old_config_hash(config: dict) -> str:
         config["data"] = {k: v for k, v in config["data"].items() if k != "black_padding"}
     speed = ("compile", "eval_batch_size", "data_placement")
     config["train"] = {k: v for k, v in config["train"].items() if k not in speed}
+    later = {"init_positions": "upsample", "augment": "none", "objective": "classify", "mask_rate": 0.15}
+    config["train"] = {k: v for k, v in config["train"].items() if k not in later or v != later[k]}
     return stable_hash(config)
 
 
