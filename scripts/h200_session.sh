@@ -15,15 +15,14 @@
 #        speed: issue 34's speed table: `lra bench train --preset fa-paper --compile max --synthetic`, every baseline
 #            beside compiled naive, task by task while time is left (nystrom once more without its convolution)
 #        path-x: issue 36, the same command on every call of a session (docs/path_x_campaign.md, "Next"):
-#            Path-X's data drawn detached on 12 cores and Pathfinder-32's on 4 (once); two Pathfinder-32 pilots with
-#            positions that need no resizing (model.pos_emb=sincos2d and rope2d, 9,360 steps each) once its data is
-#            there; once Path-X's is, six Path-X pilots side by side, each 1,560 steps from path-x-bsf2's Path-64
-#            stage, the sixth self-pretraining (train.objective=masked), then a classifier from it (tune-spt,
-#            1,560 steps, as soon as it ends). PILOTS=0 skips the Path-X pilots, PF_PILOTS=0 the Pathfinder-32 ones. FOLLOW="--set KEY=VALUE
-#            ..." FOLLOW_NAME=NAME (a later call): once no Path-X pilot runs, `lra campaign path-x` into
-#            campaigns/path-x-NAME with those settings, --from path-x-bsf2 (its first two stages), detached, until
-#            CAMPAIGN_END; with FOLLOW_FROM=none a chain of its own from Pathfinder-32, started as soon as that data
-#            is drawn (with PILOTS=0 PF_PILOTS=0, a session for the chain alone); every call waits for it
+#            Path-X's data drawn detached on 16 cores (once), then the pilots of PILOT_FILE (default
+#            scripts/path_x_pilots.txt: one `NAME BACKEND [--set ...]` a line) side by side, each `lra run path-x
+#            --preset curriculum` for PILOT_STEPS (2,496) steps from path-x-bsf2's Path-64 stage. PILOTS=0 skips them.
+#            FOLLOW="--set KEY=VALUE ..." FOLLOW_NAME=NAME (a later call): once no pilot runs, `lra campaign path-x`
+#            into campaigns/path-x-NAME with those settings (ATTN: its backend), --from path-x-bsf2 (the stages it
+#            shares: a campaign's config hash leaves the backend out, so a FOLLOW must change the Path-X stage, e.g.
+#            --set path-x:train.steps=6240), detached, until CAMPAIGN_END; with FOLLOW_FROM=none a chain of its own
+#            from Pathfinder-32 (with PILOTS=0, a session for the chain alone); every call waits for it
 # LIMIT_S  wall seconds this call may use (keep it 40 s under the call's timeout: the archive is written after)
 # COMMIT   the commit being run (the copied .git is stale): goes into every record
 # CAMPAIGN_END (path-x): seconds from this call's start to the session's end, less ~100 s for the last archive: the
@@ -31,9 +30,8 @@
 # from it when they start.
 #
 # Dry runs on a CPU: PRESET=tiny DEVICE=cpu for listops-seeds and speed (listops-fly has no small form); for path-x,
-# DEVICE=cpu PILOT_ATTN=naive ATTN=naive WORKERS=1 PF_WORKERS=1 SMALL_DATA="--set data.num_train=32 --set
-# data.num_val=16 --set data.num_test=16 --set data.downsample=2" SMALL="--set train.batch_size=8" PILOT_STEPS=4
-# PF_STEPS=4, and OUT a scratch folder.
+# DEVICE=cpu PILOT_ATTN=naive ATTN=naive WORKERS=1 SMALL_DATA="--set data.num_train=32 --set data.num_val=16 --set
+# data.num_test=16 --set data.downsample=2" SMALL="--set train.batch_size=8" PILOT_STEPS=4, and OUT a scratch folder.
 #
 # Runs live in /tmp/lra (kept while the machine stays warm; the next call must come within 30 s). Everything comes
 # back as $OUT/back.tgz.part* (a call returns 8 files of at most 16 MiB): the records (results/), the logs and the
@@ -86,44 +84,23 @@ listops_run() {  # listops_run NAME BACKEND SEED [--set ...]
 path_x() {  # issue 36's pilots, then the follow-up campaign (see the header)
     : "${CAMPAIGN_END:?set CAMPAIGN_END}"
     # shellcheck disable=SC2206
-    local small=(${SMALL_DATA:-} ${SMALL:-})
-    started prep-path-x || detach prep-path-x data prepare path-x --preset curriculum --workers "${WORKERS:-12}" ${SMALL_DATA:-}
-    started prep-pathfinder || detach prep-pathfinder data prepare pathfinder --preset curriculum \
-        --workers "${PF_WORKERS:-4}" ${SMALL_DATA:-}
-    wait_detached prep-pathfinder
-    # on the GPU while Path-X's data is drawn: does the model learn Pathfinder-32 with positions that need no resizing?
-    if [ "${PF_PILOTS:-1}" = 1 ] && grep -q prepared "$LOGS/prep-pathfinder.log"; then
-        for pos in sincos2d rope2d; do
-            started "pf32-$pos" || detach "pf32-$pos" run pathfinder --attn "${PILOT_ATTN:-block_sparse_flash}" \
-                --preset curriculum --seed 0 --device "$DEVICE" --time-limit "$(($(session_left) - 60))s" "${small[@]}" \
-                --set train.steps="${PF_STEPS:-9360}" --set model.pos_emb=$pos
-        done
-    fi
-    [ "${FOLLOW_FROM:-}" = none ] && follow  # a chain of its own starts on Pathfinder-32's data, not waiting for Path-X's
+    local small=(${SMALL_DATA:-} ${SMALL:-}) name attn settings
+    started prep-path-x || detach prep-path-x data prepare path-x --preset curriculum --workers "${WORKERS:-16}" ${SMALL_DATA:-}
+    [ "${FOLLOW_FROM:-}" = none ] && follow  # a chain of its own draws its own data, stage by stage
     wait_detached prep-path-x
-    local bsf=${PILOT_ATTN:-block_sparse_flash} flash=${PILOT_ATTN:-flash}
-    local run=(--preset curriculum --seed 0 --device "$DEVICE" "${small[@]}" --set train.steps="${PILOT_STEPS:-1560}")
-    if [ "${PILOTS:-1}" = 1 ] && grep -q prepared "$LOGS/prep-path-x.log" && ! started pilot-mirror; then
-        local base=("${run[@]}" --time-limit "$(($(session_left) - 60))s" --set train.init_from=campaigns/path-x-bsf2/path-64)
-        local mirror=(--set train.init_positions=mirror) mean=(--set model.pool=mean)
-        detach pilot-mirror run path-x --attn "$bsf" "${base[@]}" "${mirror[@]}"
-        detach pilot-mean run path-x --attn "$bsf" "${base[@]}" "${mean[@]}"
-        detach pilot-flash run path-x --attn "$flash" "${base[@]}"
-        detach pilot-all run path-x --attn "$flash" "${base[@]}" "${mirror[@]}" "${mean[@]}"
-        detach pilot-posed run path-x --attn "$bsf" "${base[@]}" "${mirror[@]}" --set train.augment=dihedral
-        # self-pretraining on Path-X's own images (from the Path-64 stage's encoder), then a classifier from it
-        detach pilot-spt run path-x --attn "$bsf" "${base[@]}" "${mirror[@]}" --set train.objective=masked \
-            --out /tmp/lra/runs/path-x-spt
-    fi
-    wait_detached 'pilot-spt'
-    if [ "${PILOTS:-1}" = 1 ] && [ -f /tmp/lra/runs/path-x-spt/summary.json ] && ! started tune-spt; then
-        detach tune-spt run path-x --attn "$bsf" "${run[@]}" --time-limit "$(($(session_left) - 60))s" \
-            --set train.init_from=/tmp/lra/runs/path-x-spt
+    if [ "${PILOTS:-1}" = 1 ] && grep -q prepared "$LOGS/prep-path-x.log"; then
+        set -f  # a pilot's settings are words, never file patterns
+        while read -r name attn settings; do
+            [ -z "$name" ] || [ "${name:0:1}" = "#" ] || started "pilot-$name" && continue
+            # shellcheck disable=SC2086
+            detach "pilot-$name" run path-x --attn "${PILOT_ATTN:-$attn}" --preset curriculum --seed 0 \
+                --device "$DEVICE" "${small[@]}" --set train.steps="${PILOT_STEPS:-2496}" \
+                --time-limit "$(($(session_left) - 60))s" --set train.init_from=campaigns/path-x-bsf2/path-64 $settings
+        done < "${PILOT_FILE:-scripts/path_x_pilots.txt}"
+        set +f
     fi
     wait_detached 'pilot-*'
-    wait_detached 'tune-*'
-    wait_detached 'pf32-*'
-    alive 'pilot-*' || alive 'tune-*' || follow
+    alive 'pilot-*' || follow
     wait_detached 'campaign-*'
 }
 
