@@ -59,6 +59,7 @@ def weights_facts(**changes):
 
 CONSTRUCTED = {
     "run": lambda: R.run_record(**run_facts()),
+    "pretrain": lambda: R.run_record(**run_facts(kind="pretrain")),  # train.objective=masked
     "bench_train": lambda: R.bench_train_record(**bench_train_facts()),
     "bench_attention": lambda: R.bench_attention_record(**attention_facts()),
     "bench_tiles": lambda: R.bench_tiles_record(dtype="bf16", dropout=0.0, results=TILES, env=ENV),
