@@ -11,7 +11,8 @@
 #            paper's recipe for the baselines take linear and performer off the plateau? Beside them, linear and
 #            performer under fa-paper for 30,000 steps instead of 5,000 (minutes each): is it only the step budget?
 #            Side by side; a fly run that does not end within the call's LIMIT is lost (its state, ~110 MB, is too big
-#            to come back)
+#            to come back). And performer under fa-paper for 30,000 steps with 64 features in fp32: drawn once, redrawn
+#            every step, and the relu kernel (the CPU pilot in docs/baselines.md)
 #        speed: issue 34's speed table: `lra bench train --preset fa-paper --compile max --synthetic`, every baseline
 #            beside compiled naive, task by task while time is left (nystrom once more without its convolution)
 #        path-x: issue 36, the same command on every call of a session (docs/path_x_campaign.md, "Next"):
@@ -147,6 +148,12 @@ listops-fly)
     done
     for attn in linear performer; do
         listops_run "listops-$attn-30k-s0" "$attn" 0 --set train.steps=30000 --set train.eval_every=250
+    done
+    # the CPU pilot's performer (docs/baselines.md): with 64 features in fp32, drawn once it left the plateau and fell
+    # back; redrawn every step, or with the relu kernel, it held
+    for variant in redraw_every=0 redraw_every=1 kernel=relu; do
+        listops_run "listops-performer-f64-${variant/=/}-s0" performer 0 --set attention.performer.nb_features=64 \
+            --set "attention.performer.$variant" --set train.amp=none --set train.steps=30000 --set train.eval_every=250
     done
     ;;
 speed)
