@@ -23,7 +23,9 @@
 #            into campaigns/path-x-NAME with those settings (ATTN: its backend), --from path-x-bsf2 (the stages it
 #            shares: a campaign's config hash leaves the backend out, so a FOLLOW must change the Path-X stage, e.g.
 #            --set path-x:train.steps=6240), detached, until CAMPAIGN_END; with FOLLOW_FROM=none a chain of its own
-#            from Pathfinder-32 (with PILOTS=0, a session for the chain alone); every call waits for it
+#            from Pathfinder-32 (with PILOTS=0, a session for the chain alone); every call waits for it.
+#            BESIDE_SPEED="TASK ..." (first call): the draw on cores 4-15 (12 workers) while the `speed` phase's bench
+#            runs on cores 0-3 for those tasks, one after another while the draw lasts (the GPU is idle till then)
 # LIMIT_S  wall seconds this call may use (keep it 40 s under the call's timeout: the archive is written after)
 # COMMIT   the commit being run (the copied .git is stale): goes into every record
 # CAMPAIGN_END (path-x): seconds from this call's start to the session's end, less ~100 s for the last archive: the
@@ -55,7 +57,8 @@ bg() {  # bg NAME ARGS...: an `lra` command in the background, its output in $LO
 
 detach() {  # detach NAME ARGS...: an `lra` command in its own session (it outlives this call), its pid in /tmp/lra/pids
     local name=$1; shift
-    setsid nohup python3 -m lra "$@" > "$LOGS/$name.log" 2>&1 < /dev/null &
+    # shellcheck disable=SC2086
+    setsid nohup ${PIN:-} python3 -m lra "$@" > "$LOGS/$name.log" 2>&1 < /dev/null &
     echo $! > "/tmp/lra/pids/$name.pid"
 }
 
@@ -86,6 +89,16 @@ path_x() {  # issue 36's pilots, then the follow-up campaign (see the header)
     : "${CAMPAIGN_END:?set CAMPAIGN_END}"
     # shellcheck disable=SC2206
     local small=(${SMALL_DATA:-} ${SMALL:-}) name attn settings
+    if [ -n "${BESIDE_SPEED:-}" ] && ! started prep-path-x; then  # the draw on all cores but 4, issue 34's bench on those
+        local cores draw_pin="" bench_pin=""; cores=$(nproc)
+        if [ "$cores" -ge 8 ]; then draw_pin="taskset -c 4-$((cores - 1))" bench_pin="taskset -c 0-3"; fi
+        PIN=$draw_pin detach prep-path-x data prepare path-x --preset curriculum --workers "${WORKERS:-$((cores - 4))}" \
+            ${SMALL_DATA:-}
+        for task in $BESIDE_SPEED; do
+            alive prep-path-x && [ "$(left)" -gt 120 ] || break
+            PIN=$bench_pin bench_speed "$task"
+        done
+    fi
     started prep-path-x || detach prep-path-x data prepare path-x --preset curriculum --workers "${WORKERS:-16}" ${SMALL_DATA:-}
     [ "${FOLLOW_FROM:-}" = none ] && follow  # a chain of its own draws its own data, stage by stage
     wait_detached prep-path-x
@@ -103,6 +116,13 @@ path_x() {  # issue 36's pilots, then the follow-up campaign (see the header)
     wait_detached 'pilot-*'
     alive 'pilot-*' || follow
     wait_detached 'campaign-*'
+}
+
+bench_speed() {  # bench_speed TASK: issue 34's speed table for one task, every baseline beside compiled naive (PIN: cores)
+    local baselines=naive,linformer,linear,performer,local,reformer,smyrf,sparse_transformer,longformer,sinkhorn
+    # shellcheck disable=SC2086
+    timeout "$(left)" ${PIN:-} python3 -m lra bench train "$1" --preset "$PRESET" --device "$DEVICE" --synthetic \
+        --compile max --attn "$baselines,synthesizer,bigbird,nystrom" > "$LOGS/bench-$1.log" 2>&1
 }
 
 session_left() { echo $((CAMPAIGN_END - ($(date +%s) - START))); }  # seconds to the session's end, now
@@ -157,12 +177,9 @@ listops-fly)
     done
     ;;
 speed)
-    baselines=naive,linformer,linear,performer,local,reformer,smyrf,sparse_transformer,longformer,sinkhorn
-    baselines=$baselines,synthesizer,bigbird,nystrom
     for task in listops text retrieval image pathfinder; do
         [ "$(left)" -gt 120 ] || break
-        timeout "$(left)" python3 -m lra bench train "$task" --preset "$PRESET" --device "$DEVICE" --synthetic --compile max \
-            --attn "$baselines" > "$LOGS/bench-$task.log" 2>&1
+        bench_speed "$task"
     done
     [ "$(left)" -gt 60 ] && timeout "$(left)" python3 -m lra bench train listops --preset fa-paper --synthetic \
         --compile max --attn linformer,nystrom --set attention.nystrom.conv_kernel_size=null \
