@@ -109,6 +109,32 @@ def test_default_eval_batch_is_four_training_batches(tmp_path):
     assert build_trainer(cfg, task, "naive", CPU).eval_batch_size == 100
 
 
+@pytest.mark.parametrize("mode", ["default", "max"])
+def test_evaluation_out_of_memory_halves_the_batch_and_recompiles_under_cuda_graphs(tmp_path, aot_eager, mode):
+    """An OOM inside a CUDA graph tree leaves it inconsistent (torch then asserts on the next recording, as an H100
+    run did): with graphs on ("max", pretended here: the CPU has none) the retry runs freshly compiled code."""
+    cfg = load_config(toy_config_path(tmp_path), overrides=["train.compile=default"])
+    task = build_task(cfg.task, **cfg.data)
+    val = task.load("val")
+    want = build_trainer(cfg, task, "naive", CPU).evaluate(val)
+    trainer = build_trainer(cfg, task, "naive", CPU)
+    trainer.loss.mode = mode
+    real, calls, before = trainer._evaluate, [], trainer.loss.fn
+
+    def oom_once(feed, limit):
+        calls.append(trainer.eval_batch_size)
+        if len(calls) == 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(feed, limit)
+
+    trainer._evaluate = oom_once
+    got = trainer.evaluate(val)
+    assert calls == [128, 64]
+    assert (trainer.loss.fn is not before) == (mode == "max")
+    assert trainer.loss.compiled and got["count"] == want["count"] == 128 and got["acc"] == want["acc"]
+    assert got["loss"] == pytest.approx(want["loss"], rel=1e-6)
+
+
 class _GraphBreakAttention(NaiveAttention):
     """Naive attention with a graph break: it cannot compile into one graph."""
 

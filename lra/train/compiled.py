@@ -143,6 +143,15 @@ class CompiledLoss:
                 soft_wrap=True,
             )
 
+    def after_oom(self) -> None:
+        """Compile afresh after an out-of-memory error, where CUDA graphs are on: an OOM inside a graph tree's warm-up
+        or recording leaves its bookkeeping inconsistent, and the next recording fails an internal assertion
+        (`len(node.tensor_weakrefs) == len(node.stack_traces)`, seen on an H100 when evaluation ran out of memory
+        beside four other runs). The graphs are recorded again on the next calls; eager and plain compiled steps
+        need nothing."""
+        if self.cudagraphs:
+            self.fn = dist.wrap(self._compile(self.eager, self.mode), self.device)  # _compile resets the graph trees
+
     def keep(self, t: torch.Tensor) -> torch.Tensor:
         """An output the caller may hold past the next step (the next replay overwrites a CUDA graph's outputs)."""
         return t.detach().clone() if self.cudagraphs else t.detach()

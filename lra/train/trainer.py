@@ -160,7 +160,7 @@ class Trainer:
 
         Batches of `eval_batch_size` (the last one padded to that shape with a repeated example that is left out of
         the sums, so each batch size compiles once); the figures do not depend on it beyond float rounding. Out of
-        memory at a batch larger than the training batch, the evaluation starts again at half the batch.
+        memory, the evaluation starts again at half the batch (with CUDA graphs, from freshly compiled code).
         """
         feed = split if not isinstance(split, Split) else HostSplit(split, self.device, pair=split.tokens.ndim == 3)
         while True:
@@ -172,6 +172,7 @@ class Trainer:
                 if not is_oom(e) or self.eval_batch_size <= 1:
                     raise
                 self.eval_batch_size //= 2
+                self.loss.after_oom()
                 if self.device.type == "cuda":
                     torch.cuda.empty_cache()
                 console.print(f"evaluation ran out of memory; evaluating in batches of {self.eval_batch_size}")
