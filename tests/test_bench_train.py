@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from lra.bench import train as bench_train_module
 from lra.bench.train import bench_train
 from lra.cli.main import main
 from lra.core.errors import RunSetupError
+from lra.core.signals import terminate_as_interrupt
 from lra.results.store import load_records
 from lra.train.config import load_config
 from lra.train.run import train
@@ -98,3 +104,45 @@ def test_bench_train_times_eager_and_compiled_steps_in_one_run(tmp_path, monkeyp
     assert eager["compile"] == {"mode": "none", "requested": "none", "fallback": None}
     with pytest.raises(RunSetupError, match="train.compile must be one of auto, none, default, max, got 'fast'"):
         bench_train(path, ["naive"], device="cpu", compile_modes=["none", "fast"])
+
+
+def test_sigterm_is_an_interrupt_within_the_block_only():
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt), terminate_as_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises at the next bytecode; never reached
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_bench_train_stopped_part_way_keeps_what_it_measured(tmp_path, monkeypatch, capsys):
+    """`timeout` ends a bench with SIGTERM: the backends measured before it are stored (exit 130), the rest are not."""
+    real, calls = bench_train_module._measure, []
+
+    def stopped_at_the_second(*args, **kwargs):
+        calls.append(args[3])  # the backend
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bench_train_module, "_measure", stopped_at_the_second)
+    before, store = signal.getsignal(signal.SIGTERM), tmp_path / "store"
+    argv = ["bench", "train", toy_config_path(tmp_path), "--attn", "naive,sdpa_math,naive", "--device", "cpu"]
+    code = main([*argv, "--steps", "2", "--warmup", "1", "--results", str(store)])
+    assert code == 130 and calls == ["naive", "sdpa_math"]
+    (rec,) = load_records(store)
+    assert rec["backend"] == "naive" and rec["status"] == "ok" and rec["metrics"]["speedup_vs_naive"] == 1.0
+    assert "interrupted: keeping the 1 measurement(s) finished" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_bench_train_interrupted_before_any_measurement_stores_nothing(tmp_path, monkeypatch):
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench_train_module, "_measure", stopped)
+    store = tmp_path / "store"
+    code = main(
+        ["bench", "train", toy_config_path(tmp_path), "--attn", "naive", "--device", "cpu", "--results", str(store)]
+    )
+    assert code == 130 and load_records(store) == []

@@ -6,7 +6,7 @@ compilation, data placement), take warm-up steps, then time `steps` steps on rea
 events (wall clock on CPU) and report the median, with the compile time apart. Stores steps/s, tokens/s, peak memory
 and the speed-ups over `naive` and over eager measured in the same run. A backend that runs out of memory is
 recorded with status "oom", one that cannot run here with "unsupported: why"; neither is dropped. A device that is
-not there is refused before anything runs.
+not there is refused before anything runs. Stopped part-way, it raises `Interrupted` with the records it finished.
 
 Under a launcher (`--nproc N`, torchrun) every rank trains its slice of the global batch in DistributedDataParallel;
 a step's time is the slowest rank's, tokens/s counts the global batch, and the record carries the world size.
@@ -89,39 +89,56 @@ def bench_train(
     for mode in compile_modes or []:
         resolve_mode(mode, dev)  # an unknown mode is refused before anything runs
     env = environment(dev)
-    records = []
+    records: list[dict[str, Any]] = []
     lengths = seqs or [None]
-    with make_progress(disable=not dist.is_main()) as progress:
-        bar = progress.add_task(f"bench train {task_name}", total=len(lengths) * len(backends))
-        for seq in lengths:
-            extra = [f"data.max_length={seq}"] if seq else []
-            cfg = load_config(task_name, preset, list(overrides or []) + extra)
-            task = build_task(cfg.task, data_dir=data_dir, **cfg.data)
-            split = _synthetic_split(task, cfg) if synthetic else task.load("train")
-            feed = place_split(split, dev, placement=cfg.train.data_placement, pair=task.pair,
-                               vocab_size=task.vocab_size)  # fmt: skip
-            pack = pack_length_for([split], task.seq_len) if cfg.model.pack_tokens else 0
-            for backend in backends:
-                progress.update(bar, description=f"bench train {task_name} N={task.seq_len} {backend}")
-                own = load_config(task_name, preset, list(overrides or []) + extra, backend=backend)
-                for mode in compile_modes or default_modes(own, dev):
-                    mode_cfg = own.with_settings([f"train.compile={mode}"])
-                    reason = _refusal(own, backend, dev, data_dir, pack_length=pack or None)
-                    if reason:
-                        outcome = _failed(f"unsupported: {reason}", mode, dev)
-                    else:
-                        timing = {"steps": steps, "warmup": warmup, "pack_length": pack}
-                        outcome = _measure(mode_cfg, task, feed, backend, dev, **timing)
-                    setup = _setup(mode_cfg, task, backend, synthetic=synthetic, timed_steps=steps)
-                    rec = bench_train_record(**setup, data_on_device=feed.resident, **outcome, env=env)
-                    records.append(rec)
-                    if dist.is_main():
-                        ms = rec["metrics"].get("ms_per_step")
-                        result = f"{ms:.1f} ms/step" if ms else rec["status"]
-                        progress_line(f"bench train {task_name} N={task.seq_len} {backend} compile {mode}: {result}")
-                progress.advance(bar)
+    try:
+        with make_progress(disable=not dist.is_main()) as progress:
+            bar = progress.add_task(f"bench train {task_name}", total=len(lengths) * len(backends))
+            for seq in lengths:
+                extra = [f"data.max_length={seq}"] if seq else []
+                cfg = load_config(task_name, preset, list(overrides or []) + extra)
+                task = build_task(cfg.task, data_dir=data_dir, **cfg.data)
+                split = _synthetic_split(task, cfg) if synthetic else task.load("train")
+                feed = place_split(split, dev, placement=cfg.train.data_placement, pair=task.pair,
+                                   vocab_size=task.vocab_size)  # fmt: skip
+                pack = pack_length_for([split], task.seq_len) if cfg.model.pack_tokens else 0
+                for backend in backends:
+                    progress.update(bar, description=f"bench train {task_name} N={task.seq_len} {backend}")
+                    own = load_config(task_name, preset, list(overrides or []) + extra, backend=backend)
+                    for mode in compile_modes or default_modes(own, dev):
+                        mode_cfg = own.with_settings([f"train.compile={mode}"])
+                        reason = _refusal(own, backend, dev, data_dir, pack_length=pack or None)
+                        if reason:
+                            outcome = _failed(f"unsupported: {reason}", mode, dev)
+                        else:
+                            timing = {"steps": steps, "warmup": warmup, "pack_length": pack}
+                            outcome = _measure(mode_cfg, task, feed, backend, dev, **timing)
+                        setup = _setup(mode_cfg, task, backend, synthetic=synthetic, timed_steps=steps)
+                        rec = bench_train_record(**setup, data_on_device=feed.resident, **outcome, env=env)
+                        records.append(rec)
+                        if dist.is_main():
+                            ms = rec["metrics"].get("ms_per_step")
+                            result = f"{ms:.1f} ms/step" if ms else rec["status"]
+                            progress_line(
+                                f"bench train {task_name} N={task.seq_len} {backend} compile {mode}: {result}"
+                            )
+                    progress.advance(bar)
+    except KeyboardInterrupt:
+        if not records:
+            raise
+        _add_speedups(records)
+        raise Interrupted(records) from None
     _add_speedups(records)
     return records
+
+
+class Interrupted(KeyboardInterrupt):
+    """`bench_train` stopped part-way (Ctrl-C, or SIGTERM under lra.core.signals): `records` holds the measurements
+    it finished, with their speed-ups where both sides ran."""
+
+    def __init__(self, records: list[dict[str, Any]]) -> None:
+        super().__init__(f"interrupted after {len(records)} measurement(s)")
+        self.records = records
 
 
 def _refusal(

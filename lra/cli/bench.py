@@ -45,7 +45,8 @@ def train_table(recs: list[dict], title: str, *, width: int, wide: bool = False)
 
 
 def cmd_bench_train(args) -> int:
-    from lra.bench.train import bench_train
+    from lra.bench.train import Interrupted, bench_train
+    from lra.core.signals import terminate_as_interrupt
     from lra.train import distributed as dist
 
     check_nproc(args.nproc)
@@ -54,30 +55,35 @@ def cmd_bench_train(args) -> int:
 
         return launch_local(args.nproc, args.argv)
     dist.init_from_env(args.device)
-    main = dist.is_main()
+    main, code = dist.is_main(), 0
     try:
-        recs = bench_train(
-            args.task,
-            csv_list(args.attn),
-            preset=args.preset,
-            overrides=args.overrides,
-            seqs=int_list(args.seq) if args.seq else None,
-            steps=args.steps,
-            warmup=args.warmup,
-            device=args.device,
-            data_dir=args.data_dir,
-            synthetic=args.synthetic,
-            compile_modes=csv_list(args.compile) if args.compile else None,
-        )
+        with terminate_as_interrupt():  # `timeout` or a scheduler: keep what was measured, as Ctrl-C does
+            recs = bench_train(
+                args.task,
+                csv_list(args.attn),
+                preset=args.preset,
+                overrides=args.overrides,
+                seqs=int_list(args.seq) if args.seq else None,
+                steps=args.steps,
+                warmup=args.warmup,
+                device=args.device,
+                data_dir=args.data_dir,
+                synthetic=args.synthetic,
+                compile_modes=csv_list(args.compile) if args.compile else None,
+            )
+    except Interrupted as stop:
+        recs, code = stop.records, 130
+        if main:
+            console.print(f"[yellow]interrupted[/]: keeping the {len(recs)} measurement(s) finished", highlight=False)
     finally:
         dist.shutdown()
     if not main:
-        return 0
+        return code
     title = f"bench train {args.task} ({recs[0]['world_size']} process(es))" if recs else "bench train"
     print_table(out, train_table(recs, title, width=out.width, wide=args.wide), wide=args.wide)
     if not args.no_record:
         _store(recs, args.results)
-    return 0
+    return code
 
 
 def cmd_bench_attention(args) -> int:
