@@ -105,3 +105,38 @@ def test_sincos2d_refuses_a_non_square_sequence_or_a_width_it_cannot_split():
         grid_sinusoidal_positions(20, 8)
     with pytest.raises(ConfigError, match="got 16 tokens and dim 6"):
         grid_sinusoidal_positions(16, 6)
+
+
+def test_freeze_positions_trains_every_weight_but_the_learned_table(tmp_path):
+    """train.freeze_positions: after real steps from an init_from checkpoint, the position table is the checkpoint's
+    to the bit and out of the optimizer, every other weight has moved; off (the default), the table moves too and
+    the config hash is the one it had before the setting existed."""
+    from lra.train.checkpoint import BEST, LAST, load_checkpoint
+    from lra.train.run import train
+    from tests.toy_task import toy_config_path
+
+    path = toy_config_path(tmp_path)
+    short = ["model.pos_emb=learned", "train.steps=4", "train.eval_every=4", "train.warmup=1"]
+    train(load_config(path, None, short), "naive", device="cpu", out_dir=tmp_path / "start")
+    start = load_checkpoint(tmp_path / "start" / BEST)["model"]  # what init_from reads from a run folder
+    moved = {}
+    for frozen in (True, False):
+        sets = [*short, f"train.init_from={tmp_path / 'start'}", f"train.freeze_positions={str(frozen).lower()}"]
+        out = tmp_path / f"frozen-{frozen}"
+        train(load_config(path, None, sets), "naive", device="cpu", out_dir=out)
+        end = load_checkpoint(out / LAST)["model"]
+        moved[frozen] = {name for name, value in end.items() if not torch.equal(value, start[name])}
+    assert "encoder.pos" not in moved[True] and "encoder.pos" in moved[False]
+    assert moved[True] == moved[False] - {"encoder.pos"} and len(moved[True]) > 5
+    base = load_config(path, None, short)
+    assert config_hash(base) == config_hash(load_config(path, None, [*short, "train.freeze_positions=false"]))
+    assert config_hash(base) != config_hash(load_config(path, None, [*short, "train.freeze_positions=true"]))
+
+
+def test_freeze_positions_without_a_learned_table_is_refused(tmp_path):
+    from lra.train.run import train
+    from tests.toy_task import toy_config_path
+
+    config = load_config(toy_config_path(tmp_path), None, ["model.pos_emb=sinusoidal", "train.freeze_positions=true"])
+    with pytest.raises(RunSetupError, match="freezes learned positions, and this model has none"):
+        train(config, "naive", device="cpu", out_dir=tmp_path / "run")

@@ -54,7 +54,13 @@ SPEED_SETTINGS = speed_settings()  # the same, for readers of stored records (lr
 QUIET_DEFAULTS: dict[str, dict[str, Any]] = {
     "data": {"black_padding": False},
     "model": {"pack_tokens": False},
-    "train": {"init_positions": "upsample", "augment": "none", "objective": "classify", "mask_rate": 0.15},
+    "train": {
+        "init_positions": "upsample",
+        "freeze_positions": False,
+        "augment": "none",
+        "objective": "classify",
+        "mask_rate": 0.15,
+    },  # fmt: skip
 }
 
 SECTIONS = ("task", "data", "model", "train", "attention")

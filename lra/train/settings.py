@@ -187,6 +187,11 @@ class TrainSettings:
         "init_from's positions onto a larger grid: upsample (bilinear, same picture) or mirror (same pixel scale)",
         since=True,
     )  # fmt: skip
+    freeze_positions: bool = setting(
+        False, Setting("bool"),
+        "keep the learned position table as initialised (e.g. by init_from): no gradient, no update",
+        since=True,
+    )  # fmt: skip
     augment: str = setting(
         "none", Setting("enum", choices=AUGMENTS),
         "training images shown in a random pose of eight (flips, quarter turns): Pathfinder's tasks only",
