@@ -15,7 +15,7 @@
 #            every step, and the relu kernel (the CPU pilot in docs/baselines.md)
 #        speed: issue 34's speed table: `lra bench train --preset fa-paper --compile max --synthetic`, every baseline
 #            beside compiled naive, task by task while time is left (nystrom once more without its convolution)
-#        path-x: issue 36, the same command on every call of a session (docs/path_x_campaign.md, "Round 2 (next)"):
+#        path-x: issue 36, the same command on every call of a session (docs/path_x_campaign.md, "Round 3 (next)"):
 #            Path-X's data drawn detached on 16 cores (once), then the pilots of PILOT_FILE (default
 #            scripts/path_x_pilots.txt: one `NAME BACKEND [--set ...]` a line) side by side, each `lra run path-x
 #            --preset curriculum` for PILOT_STEPS (2,496) steps from path-x-bsf2's Path-64 stage. PILOTS=0 skips them.
