@@ -46,6 +46,15 @@ export TORCHINDUCTOR_CACHE_DIR=/tmp/lra/inductor TRITON_CACHE_DIR=/tmp/lra/trito
 PRESET=${PRESET:-fa-paper} DEVICE=${DEVICE:-cuda} OUT=${OUT:?set OUT to the folder that comes back}
 START=$(date +%s)
 LOGS=/tmp/lra/logs
+# A machine can come with an earlier session's /tmp/lra (seen 2026-12-05: a day-old chain's logs and records): its pid
+# files would make this session skip what they name, and its records would come back as this session's. Files an
+# hour old cannot be this session's (a machine is held 30 minutes at most): set them aside; data and caches stay.
+if [ -n "$(find /tmp/lra/pids /tmp/lra/logs -maxdepth 1 -type f -mmin +60 2> /dev/null | head -n 1)" ]; then
+    earlier=/tmp/lra-earlier-$START
+    mkdir -p "$earlier"
+    for d in pids logs results runs campaigns; do [ -e "/tmp/lra/$d" ] && mv "/tmp/lra/$d" "$earlier/"; done
+    echo "set aside an earlier session's files: $earlier" >&2
+fi
 mkdir -p "$LOGS" "$LRA_RESULTS" "$LRA_RUNS" /tmp/lra/pids
 left() { echo $((LIMIT - ($(date +%s) - START))); }
 lra() { python3 -m lra "$@"; }
