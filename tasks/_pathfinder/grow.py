@@ -19,6 +19,7 @@ from tasks._pathfinder.settings import PADDLE_TRIES
 from tasks._pathfinder.tables import Tables
 
 DEAD_END = 1e-4  # get_coords_cmf: a total weight below this is a dead end
+SMALL = 16  # rows up to which a call takes the way with fewer numpy calls (they cost more than the work there)
 
 
 @dataclass
@@ -50,12 +51,19 @@ class Canvases:
 
     def paste(self, t: Tables, rows: np.ndarray, stamp: np.ndarray, start: np.ndarray) -> None:
         """Add the masks of paddles (stamp, start) to rows (one paddle per row), cut at the image border as
-        draw_line_n_mask cuts them."""
-        idx = start[:, None] + t.m_off[stamp]
-        vals = t.m_val[stamp] * t.inside[idx]
-        at = idx + (rows * self.size)[:, None]
+        draw_line_n_mask cuts them (in a big call, only the rows whose paddle may reach past the border)."""
+        at = t.m_off.take(stamp, 0) + start[:, None]  # in the row's canvas
+        vals = t.m_val.take(stamp, 0)
+        if len(rows) <= SMALL:
+            vals *= t.inside.take(at)
+        else:
+            cut = (~t.clear.take(start)).nonzero()[0]
+            if cut.size:
+                vals[cut] *= t.inside.take(at[cut])
+        at += (rows * self.size)[:, None]
         flat = self.mask.reshape(-1)
-        flat[at] = np.maximum(flat[at], vals)
+        old = flat.take(at)
+        flat[at] = np.maximum(old, vals, out=old)
 
     def paste_all(self, t: Tables, row: int, stamp: np.ndarray, start: np.ndarray) -> None:
         """Add the masks of several paddles to one row (where they overlap, the maximum)."""
@@ -67,44 +75,52 @@ class Canvases:
 def extend(t: Tables, cv: Canvases, h: Heads, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Add one paddle to the snake of each row in `rows` (extend_snake); returns which rows succeeded. Heads of the
     successful rows move on, and their previous paddle's mask joins the canvas."""
-    o = h.stamp[rows]
-    py = t.next_y[o, h.py[rows] + t.pad]  # translate_coord(last_pivot, orientation, L + 2m)
-    px = t.next_x[o, h.px[rows] + t.pad]
-    pos = (py * t.width + px + t.origin)[:, None] + t.step_off[o]  # (A, W) the candidates with continuity weight
-    inside = t.inside[pos]  # get_coords_cmf drops the others
-    pos = np.where(inside, pos, t.centre)
+    o = h.stamp.take(rows)
+    py = t.next_y[o, h.py.take(rows) + t.pad]  # translate_coord(last_pivot, orientation, L + 2m)
+    px = t.next_x[o, h.px.take(rows) + t.pad]
+    pos = (py * t.width + px + t.origin)[:, None] + t.step_off.take(o, 0)  # (A, W) the candidates with weight
+    offset = (rows * cv.size)[:, None]  # each row's canvas in the whole buffer
     flat = cv.mask.reshape(-1)
-    gpos = pos + (rows * cv.size)[:, None]  # the candidates in the whole buffer
-    dilated = flat[t.disk_off[:, None, None] + gpos].max(0)  # binary_dilate_custom(mask, disk(m))
-    weights = t.step_w[o] * t.inverted[dilated] * inside
+    # get_coords_cmf drops the candidates outside the image: their mask is read at image pixel (0, 0), where the
+    # padding band keeps it at 255, so that their weight is 1 - 1.0 = 0
+    read = np.where(t.inside.take(pos), pos, t.origin) + offset
+    dilated = flat.take(t.disk_off[:, None, None] + read).max(0)  # binary_dilate_custom(mask, disk(m))
+    weights = t.step_w.take(o, 0) * t.inverted.take(dilated)
     total = weights.sum(1)
     live = total >= DEAD_END
-    cmf = np.add.accumulate(weights, 1) / np.where(live, total, 1.0)[:, None]  # np.cumsum, without its wrapper
+    cmf = np.add.accumulate(weights, 1)  # np.cumsum, without its wrapper
+    cmf /= np.where(live, total, 1.0)[:, None]
     u = rng.random((len(rows), PADDLE_TRIES))
     pick = (cmf[:, None, :] > u[:, :, None]).argmax(-1)  # np.argmax(cmf - random_num > 0), per draw
-    stamp = t.step_stamp[o[:, None], pick]
-    which, ok = _first_free(t, flat, gpos[np.arange(len(rows))[:, None], pick], stamp, live)
-    sel = np.flatnonzero(ok)
-    first = pick[sel, which[sel]]
-    done, last = rows[sel], o[sel]
-    cv.paste(t, done, last, h.start[done])
-    h.stamp[done], h.start[done] = t.step_stamp[last, first], pos[sel, first]
-    h.py[done], h.px[done] = py[sel], px[sel]
+    start = pos.take(pick + np.arange(0, pos.size, pos.shape[1])[:, None])  # (A, tries)
+    start = np.where(t.inside.take(start), start, t.centre)  # where no cmf > u picks candidate 0 outside
+    stamp = t.step_stamp.take(pick + (o * t.step_stamp.shape[1])[:, None])
+    which, ok = _first_free(t, flat, start + offset, stamp, live)
+    sel = ok.nonzero()[0]
+    first = which.take(sel) + sel * PADDLE_TRIES
+    done, last = rows.take(sel), o.take(sel)
+    cv.paste(t, done, last, h.start.take(done))
+    h.stamp[done], h.start[done] = stamp.take(first), start.take(first)
+    h.py[done], h.px[done] = py.take(sel), px.take(sel)
     return ok
 
 
 def _first_free(t: Tables, flat: np.ndarray, start: np.ndarray, stamp: np.ndarray, live: np.ndarray):
     """extend_snake's retries: per row, the first of its draws (paddle `stamp` at buffer index `start`, (A, tries))
     whose mask stays below 1.8 with the canvas (np.max(mask + m_im) < 1.8), and whether a live row has one. The
-    first draw passes for ~97% of rows, so the others are tested only for the rows it fails."""
+    first draw passes for ~97% of rows: in a big batch the others are tested only for the rows it fails; in a small
+    one all draws at once, in fewer numpy calls."""
+    if len(live) <= SMALL:
+        free = (flat.take(start[:, :, None] + t.h_off.take(stamp, 0)) < t.h_thr.take(stamp, 0)).all(-1)
+        return free.argmax(1), live & free.any(1)
     s0 = stamp[:, 0]
-    free = (flat[start[:, :1] + t.h_off[s0]] < t.h_thr[s0]).all(1)
+    free = (flat.take(start[:, :1] + t.h_off.take(s0, 0)) < t.h_thr.take(s0, 0)).all(1)
     ok = live & free
     which = np.zeros(len(ok), np.int64)
-    retry = np.flatnonzero(live > free)  # live and not free
+    retry = (live > free).nonzero()[0]  # live and not free
     if retry.size:
         rest = stamp[retry, 1:]
-        passed = (flat[start[retry, 1:, None] + t.h_off[rest]] < t.h_thr[rest]).all(-1)
+        passed = (flat.take(start[retry, 1:, None] + t.h_off.take(rest, 0)) < t.h_thr.take(rest, 0)).all(-1)
         ok[retry] = passed.any(1)
         which[retry] = passed.argmax(1) + 1
     return which, ok

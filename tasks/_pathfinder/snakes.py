@@ -164,7 +164,7 @@ def distractors(t: Tables, image: Canvases, count: int, length: int, rng: np.ran
     placed: list[Snake] = []
     for _ in range(count):
         mask = image.mask[0]
-        free = (mask.reshape(w, w)[pad : pad + n, pad : pad + n] <= t.free_level).sum()
+        free = np.count_nonzero(mask.reshape(w, w)[pad : pad + n, pad : pad + n] <= t.free_level)
         if free / (n * n) < MIN_FREE:
             continue
         alive, heads = _distractor_seeds(t, np.maximum(mask, ring), DISTRACTOR_TRIES, rng)

@@ -152,9 +152,14 @@ class Tables:
         p = spec.padding
         band[pad + p : pad + size - p, pad + p : pad + size - p] = 0
         self.inside = inside.ravel()
+        clear = np.zeros((w, w), bool)  # a paddle starting here has its whole mask (within half) in the image
+        clear[pad + self.half : pad + size - self.half, pad + self.half : pad + size - self.half] = True
+        self.clear = clear.ravel()
         self.origin = pad * w + pad  # flat index of image pixel (0, 0)
         self.pixel = (self.origin + np.arange(size)[:, None] * w + np.arange(size)).ravel()  # image y * size + x
         self.base_mask = band.ravel()
+        # grow.extend reads the mask of candidates outside the image here: 255, for a weight of 1 - 1.0 = 0
+        assert self.base_mask[self.origin] == 255 and self.inverted[255] == 0.0
         dy, dx = np.nonzero(disk(margin))
         self.disk_off = (dy - margin) * w + (dx - margin)
         self.centre = (pad + size // 2) * w + pad + size // 2
