@@ -52,15 +52,15 @@ class Canvases:
     def paste(self, t: Tables, rows: np.ndarray, stamp: np.ndarray, start: np.ndarray) -> None:
         """Add the masks of paddles (stamp, start) to rows (one paddle per row), cut at the image border as
         draw_line_n_mask cuts them (in a big call, only the rows whose paddle may reach past the border)."""
-        at = t.m_off.take(stamp, 0) + start[:, None]  # in the row's canvas
+        offset = rows * self.size
+        at = t.m_off.take(stamp, 0) + (start + offset)[:, None]
         vals = t.m_val.take(stamp, 0)
         if len(rows) <= SMALL:
-            vals *= t.inside.take(at)
+            vals *= t.inside.take(at - offset[:, None])
         else:
             cut = (~t.clear.take(start)).nonzero()[0]
             if cut.size:
-                vals[cut] *= t.inside.take(at[cut])
-        at += (rows * self.size)[:, None]
+                vals[cut] *= t.inside.take(at[cut] - offset[cut, None])
         flat = self.mask.reshape(-1)
         old = flat.take(at)
         flat[at] = np.maximum(old, vals, out=old)
