@@ -93,7 +93,9 @@ def extend(t: Tables, cv: Canvases, h: Heads, rows: np.ndarray, rng: np.random.G
     u = rng.random((len(rows), PADDLE_TRIES))
     pick = (cmf[:, None, :] > u[:, :, None]).argmax(-1)  # np.argmax(cmf - random_num > 0), per draw
     start = pos.take(pick + np.arange(0, pos.size, pos.shape[1])[:, None])  # (A, tries)
-    start = np.where(t.inside.take(start), start, t.centre)  # where no cmf > u picks candidate 0 outside
+    # as the original's positions: a candidate outside the image at the image's centre (drawn only where no cmf > u
+    # made argmax take candidate 0)
+    start = np.where(t.inside.take(start), start, t.centre)
     stamp = t.step_stamp.take(pick + (o * t.step_stamp.shape[1])[:, None])
     which, ok = _first_free(t, flat, start + offset, stamp, live)
     sel = ok.nonzero()[0]
