@@ -13,6 +13,10 @@
 #            Side by side; a fly run that does not end within the call's LIMIT is lost (its state, ~110 MB, is too big
 #            to come back). And performer under fa-paper for 30,000 steps with 64 features in fp32: drawn once, redrawn
 #            every step, and the relu kernel (the CPU pilot in docs/baselines.md)
+#        baselines: issue 34's accuracy rows, `lra sweep` of every baseline (BASELINES) over SEEDS (0-2) on
+#            BASELINE_TASKS (default text; image, pathfinder), four runs a GPU (PER_GPU), until LIMIT; the same command
+#            on the next calls of a warm machine resumes the unfinished runs. Text and Image read their archives from
+#            .device/ (copy aclImdb_v1.tar.gz and cifar10_jpeg.tar.gz there from ../shared/data; carry .device)
 #        speed: issue 34's speed table: `lra bench train --preset fa-paper --compile max --synthetic`, every baseline
 #            beside compiled naive, task by task while time is left (nystrom once more without its convolution)
 #        path-x: issue 36, the same command on every call of a session (docs/path_x_campaign.md, "Round 3 (next)"):
@@ -152,6 +156,19 @@ follow() {  # start FOLLOW's settings as campaign path-x-$FOLLOW_NAME (--from pa
 }
 
 case $PHASE in
+baselines)
+    # carry .device (the IMDB and CIFAR-10 archives copied from ../shared/data): `run --carry .device`
+    for task in ${BASELINE_TASKS:-text}; do
+        from=()
+        [ "$task" = text ] && from=(--from .device/aclImdb_v1.tar.gz)
+        [ "$task" = image ] && from=(--from .device/cifar10_jpeg.tar.gz)
+        lra data prepare "$task" --preset "$PRESET" --workers 16 "${from[@]}" > "$LOGS/prep-$task.log" 2>&1
+    done
+    baselines=linformer,linear,performer,local,reformer,smyrf,sparse_transformer,longformer,sinkhorn,synthesizer
+    timeout "$(left)" python3 -m lra sweep --tasks "$(echo ${BASELINE_TASKS:-text} | tr ' ' ,)" --preset "$PRESET" \
+        --attn "${BASELINES:-$baselines,bigbird,nystrom}" --seeds "${SEEDS:-0-2}" --per-gpu "${PER_GPU:-4}" \
+        --root /tmp/lra/sweeps --device "$DEVICE" --time-limit "$(($(left) - 30))s" > "$LOGS/sweep.log" 2>&1
+    ;;
 listops-reruns)
     lra data prepare listops --preset "$PRESET" --workers 16 > "$LOGS/prep-listops.log" 2>&1
     for seed in 0 1 2; do
@@ -198,7 +215,7 @@ path-x)
     path_x
     ;;
 *)
-    echo "unknown phase $PHASE (listops-reruns, listops-seeds, listops-fly, speed, path-x)" >&2
+    echo "unknown phase $PHASE (baselines, listops-reruns, listops-seeds, listops-fly, speed, path-x)" >&2
     exit 2
     ;;
 esac
