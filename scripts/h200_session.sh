@@ -17,6 +17,8 @@
 #            BASELINE_TASKS (default text; image, pathfinder), four runs a GPU (PER_GPU), until LIMIT; the same command
 #            on the next calls of a warm machine resumes the unfinished runs. Text and Image read their archives from
 #            .device/ (copy aclImdb_v1.tar.gz and cifar10_jpeg.tar.gz there from ../shared/data; carry .device)
+#        kernel: issue 33's table, `lra bench attention` of flash, flash@deterministic=false and the SDPA peers at
+#            head dims 8 and 16 (HEAD_DIMS), 1K-16K tokens (SEQS), dropout 0.1 then 0, bf16, 131,072 tokens a batch
 #        speed: issue 34's speed table: `lra bench train --preset fa-paper --compile max --synthetic`, every baseline
 #            beside compiled naive, task by task while time is left (nystrom once more without its convolution)
 #        path-x: issue 36, the same command on every call of a session (docs/path_x_campaign.md, "Round 3 (next)"):
@@ -169,6 +171,14 @@ baselines)
         --attn "${BASELINES:-$baselines,bigbird,nystrom}" --seeds "${SEEDS:-0-2}" --per-gpu "${PER_GPU:-4}" \
         --root /tmp/lra/sweeps --device "$DEVICE" --time-limit "$(($(left) - 30))s" > "$LOGS/sweep.log" 2>&1
     ;;
+kernel)
+    # issue 33's table in one run per dropout value: flash (and its one-pass backward) beside the SDPA kernels
+    for p in 0.1 0; do
+        timeout "$(left)" python3 -m lra bench attention --device "$DEVICE" --dropout "$p" --seq "${SEQS:-1k,4k,16k}" \
+            --head-dim "${HEAD_DIMS:-8,16}" --attn "flash,flash@deterministic=false,${PEERS:-sdpa_flash,sdpa_cudnn}" \
+            ${KERNEL_ARGS:-} > "$LOGS/kernel-p$p.log" 2>&1
+    done
+    ;;
 listops-reruns)
     lra data prepare listops --preset "$PRESET" --workers 16 > "$LOGS/prep-listops.log" 2>&1
     for seed in 0 1 2; do
@@ -215,7 +225,7 @@ path-x)
     path_x
     ;;
 *)
-    echo "unknown phase $PHASE (baselines, listops-reruns, listops-seeds, listops-fly, speed, path-x)" >&2
+    echo "unknown phase $PHASE (baselines, kernel, listops-reruns, listops-seeds, listops-fly, speed, path-x)" >&2
     exit 2
     ;;
 esac
