@@ -52,6 +52,9 @@ export TORCHINDUCTOR_CACHE_DIR=/tmp/lra/inductor TRITON_CACHE_DIR=/tmp/lra/trito
 PRESET=${PRESET:-fa-paper} DEVICE=${DEVICE:-cuda} OUT=${OUT:?set OUT to the folder that comes back}
 START=$(date +%s)
 LOGS=/tmp/lra/logs
+# issue 34's baselines (the FlashAttention paper's Table 3, the LRA paper's rows, nystrom), for `speed` and `baselines`
+paper_rows=linformer,linear,performer,local,reformer,smyrf,sparse_transformer,longformer,sinkhorn,synthesizer,bigbird
+BASELINES=${BASELINES:-$paper_rows,nystrom}
 # A machine can come with an earlier session's /tmp/lra (seen 2026-12-05: a day-old chain's logs and records): its pid
 # files would make this session skip what they name, and its records would come back as this session's. Files an
 # hour old cannot be this session's (a machine is held 30 minutes at most): set them aside; data and caches stay.
@@ -134,10 +137,9 @@ path_x() {  # issue 36's pilots, then the follow-up campaign (see the header)
 }
 
 bench_speed() {  # bench_speed TASK: issue 34's speed table for one task, every baseline beside compiled naive (PIN: cores)
-    local baselines=naive,linformer,linear,performer,local,reformer,smyrf,sparse_transformer,longformer,sinkhorn
     # shellcheck disable=SC2086
     timeout "$(left)" ${PIN:-} python3 -m lra bench train "$1" --preset "$PRESET" --device "$DEVICE" --synthetic \
-        --compile max --attn "$baselines,synthesizer,bigbird,nystrom" > "$LOGS/bench-$1.log" 2>&1
+        --compile max --attn "naive,$BASELINES" > "$LOGS/bench-$1.log" 2>&1
 }
 
 session_left() { echo $((CAMPAIGN_END - ($(date +%s) - START))); }  # seconds to the session's end, now
@@ -166,9 +168,8 @@ baselines)
         [ "$task" = image ] && from=(--from .device/cifar10_jpeg.tar.gz)
         lra data prepare "$task" --preset "$PRESET" --workers 16 "${from[@]}" > "$LOGS/prep-$task.log" 2>&1
     done
-    baselines=linformer,linear,performer,local,reformer,smyrf,sparse_transformer,longformer,sinkhorn,synthesizer
     timeout "$(left)" python3 -m lra sweep --tasks "$(echo ${BASELINE_TASKS:-text} | tr ' ' ,)" --preset "$PRESET" \
-        --attn "${BASELINES:-$baselines,bigbird,nystrom}" --seeds "${SEEDS:-0-2}" --per-gpu "${PER_GPU:-4}" \
+        --attn "$BASELINES" --seeds "${SEEDS:-0-2}" --per-gpu "${PER_GPU:-4}" \
         --root /tmp/lra/sweeps --device "$DEVICE" --time-limit "$(($(left) - 30))s" > "$LOGS/sweep.log" 2>&1
     ;;
 kernel)

@@ -60,7 +60,7 @@ QUIET_DEFAULTS: dict[str, dict[str, Any]] = {
         "augment": "none",
         "objective": "classify",
         "mask_rate": 0.15,
-    },  # fmt: skip
+    },
 }
 
 SECTIONS = ("task", "data", "model", "train", "attention")
