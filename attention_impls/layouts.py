@@ -160,6 +160,22 @@ def layout_density(layout: torch.Tensor) -> float:
     return float(layout.float().mean().item()) if layout.numel() else 0.0
 
 
+def layout_reach(layout: torch.Tensor, hops: int) -> float:
+    """The share of (query block, key block) pairs joined by a chain of at most `hops` kept blocks: after `hops`
+    attention layers over this layout, the pairs where a token's output can depend on the key block at all (the
+    heads' union: a layer's output mixes its heads). Square layouts only."""
+    if layout.shape[-1] != layout.shape[-2]:
+        qb, kb = layout.shape[-2:]
+        raise ValueError(f"reach needs a square layout (self-attention), got {qb} x {kb} blocks")
+    if hops < 1:
+        raise ValueError(f"hops must be >= 1 (one per attention layer), got {hops}")
+    step = layout.any(0).float()
+    joined = step > 0
+    for _ in range(hops - 1):
+        joined = joined | ((joined.float() @ step) > 0)
+    return float(joined.float().mean().item()) if joined.numel() else 0.0
+
+
 def layout_token_mask(layout: torch.Tensor, block: int, nq: int, nk: int) -> torch.Tensor:
     """The layout expanded to tokens: bool (heads or 1, nq, nk) (for references and the dense-masked fallback)."""
     return layout.repeat_interleave(block, dim=1).repeat_interleave(block, dim=2)[:, :nq, :nk]

@@ -13,8 +13,10 @@ import torch
 from torch import nn
 
 from attention_impls.base import AttentionBackend, Capabilities
+from attention_impls.layouts import build_layout, layout_density, layout_reach
 from lra.core.dtypes import dtype_name
 from lra.core.environment import triton_interpreting
+from lra.core.numbers import ceil_div
 from lra.core.registry import Registry
 
 BACKENDS: Registry[type[AttentionBackend]] = Registry(
@@ -89,6 +91,26 @@ def dropout_notes(module: nn.Module) -> list[str]:
     """The distinct `dropout_note` lines of the attention backends inside `module` (one per backend kind)."""
     notes = [m.dropout_note() for m in module.modules() if isinstance(m, AttentionBackend)]
     return list(dict.fromkeys(n for n in notes if n))
+
+
+def layout_notes(module: nn.Module, seq_len: int) -> list[str]:
+    """One line per distinct block layout inside `module` (a model): its density at `seq_len` tokens and the share of
+    block pairs that the model's attention layers join (layout_reach), which a sparse layout on a shallow model can
+    leave far below 100% (docs/path_x_campaign.md: the butterfly over Path-X's 21 packed blocks, two layers, 56%)."""
+    backends = [m for m in module.modules() if isinstance(m, AttentionBackend)]
+    lines = []
+    for m in backends:
+        spec = getattr(m, "layout_spec", None)
+        if spec is None:
+            continue
+        blocks = ceil_div(seq_len, m.block)
+        layout = build_layout(spec, blocks, heads=m.heads, seed=m.seed)
+        lines.append(
+            f"{m.name} layout {spec.describe()}: {blocks} blocks of {m.block} at {seq_len:,} tokens, "
+            f"{layout_density(layout):.0%} of the block pairs kept; the model's {len(backends)} attention layers "
+            f"join {layout_reach(layout, len(backends)):.0%} of them (the rest never reach each other)"
+        )
+    return list(dict.fromkeys(lines))
 
 
 def why_cannot_run(

@@ -126,7 +126,7 @@ path_x() {  # issue 36's pilots, then the follow-up campaign (see the header)
             [ -z "$name" ] || [ "${name:0:1}" = "#" ] || started "pilot-$name" && continue
             # shellcheck disable=SC2086
             detach "pilot-$name" run path-x --attn "${PILOT_ATTN:-$attn}" --preset curriculum --seed 0 \
-                --device "$DEVICE" "${small[@]}" --set train.steps="${PILOT_STEPS:-2496}" --set train.eval_batch_size=1024 \
+                --device "$DEVICE" "${small[@]}" --set train.steps="${PILOT_STEPS:-2496}" --set train.eval_batch_size=512 \
                 --time-limit "$(($(session_left) - 60))s" --set train.init_from=campaigns/path-x-bsf2/path-64 $settings
         done < "${PILOT_FILE:-scripts/path_x_pilots.txt}"
         set +f

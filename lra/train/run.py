@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attention_impls.registry import dropout_applied, dropout_notes
+from attention_impls.registry import dropout_applied, dropout_notes, layout_notes
 from lra.core.environment import device_name, environment
 from lra.core.errors import NonFiniteLossError, RunSetupError
 from lra.core.progress import console
@@ -246,7 +246,9 @@ class _Run:
                 f"{self.task.seq_len:,} (model.pack_tokens)",
                 highlight=False,
             )
-        for note in dropout_notes(self.trainer.model):
+        model = self.trainer.model
+        notes = dropout_notes(model) + layout_notes(model, self.pack_length or self.task.seq_len)
+        for note in notes:
             console.print(f"note: {note}", highlight=False)
         if resumed:
             console.print(f"resuming at step {self.trainer.global_step} of {self.t.steps}")
