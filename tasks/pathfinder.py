@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from lra.core.errors import DataCorruptError
+from lra.core.errors import ConfigError, DataCorruptError
 from lra.core.progress import console, make_progress
 from tasks._cache import TaskCache, describe_source, source_fingerprint
 from tasks._pathfinder import release
@@ -150,6 +150,16 @@ class PathfinderTask(Task):
         if missing:
             self._generate(missing, workers)
 
+    def prepare_targets(self, workers: int = 1) -> None:
+        """Draw every split's target pairs into targets caches (missing ones only): the costly part of the images,
+        small enough to carry to a machine that then draws the images quickly (tasks/_pathfinder/targets.py)."""
+        if self.source is not None:
+            raise ConfigError(f"{self.name} reads LRA's release ({self.source}): it has no target pairs to draw")
+        missing = {s: n for s, n in self.counts.items() if n > 0 and self.store.targets_covering(s, n) is None}
+        if missing:
+            what = " + ".join(f"{n} {split}" for split, n in missing.items())
+            self.store.generate_targets(missing, workers, description=f"drawing {self.name}'s target pairs ({what})")
+
     def _release_split(self, split: str) -> tuple[np.ndarray, np.ndarray]:
         cache = self._checked_release()
         try:
@@ -240,6 +250,9 @@ class PathfinderTask(Task):
             generator=self.settings(),
             caches={s: c.path.name if c else None for s, c in covering.items()},
             cached_sizes={s: self.store.sizes(s) for s in SPLITS},
+            targets={
+                s: c.path.name for s, n in self.counts.items() if n > 0 and (c := self.store.targets_covering(s, n))
+            },
         )
         if not self.cache:
             details["note"] = "cache: false, images are drawn on the fly"

@@ -32,6 +32,11 @@ def add_parser(sub) -> None:
     pr.add_argument("task")
     pr.add_argument("--from", dest="source", default=None, metavar="PATH", help="archive or folder to import from")
     pr.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
+    pr.add_argument(
+        "--targets-only", action="store_true",
+        help="generated Pathfinder tasks: draw only the target pairs (the costly part of each image, ~210 bytes an "
+        "image), to carry to a machine that then draws the images quickly",
+    )  # fmt: skip
     pr.set_defaults(func=cmd_prepare)
 
     info = dsub.add_parser("info", parents=[common], help="what is cached where, how big, and how to prepare it")
@@ -60,7 +65,18 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be at least 1 (leave it out to use every core), got {args.workers}")
     task = _build(args.task, args)
-    task.prepare(source=args.source, workers=args.workers or os.cpu_count() or 1)
+    workers = args.workers or os.cpu_count() or 1
+    if args.targets_only:
+        if not hasattr(task, "prepare_targets"):
+            raise ConfigError(
+                f"--targets-only: {task.name} is not a generated Pathfinder task (only those have target pairs)"
+            )
+        if args.source is not None:
+            raise ConfigError("--targets-only draws target pairs; --from imports a release: use one of the two")
+        task.prepare_targets(workers=workers)
+        console.print(f"[green]prepared[/] {task.name}'s target pairs in {task.data_dir}", highlight=False)
+        return 0
+    task.prepare(source=args.source, workers=workers)
     console.print(f"[green]prepared[/] {task.name} in {task.data_dir}", highlight=False)
     return 0
 

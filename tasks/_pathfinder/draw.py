@@ -26,7 +26,7 @@ import numpy as np
 
 from tasks._pathfinder.grow import Canvases
 from tasks._pathfinder.settings import SPECS, check_settings
-from tasks._pathfinder.snakes import Snake, distractors, target_pair
+from tasks._pathfinder.snakes import Pair, Snake, distractors, target_pair
 from tasks._pathfinder.stamps import bytescale
 from tasks._pathfinder.tables import Tables, tables
 
@@ -109,10 +109,23 @@ def draw_images(resolution: int, difficulty: int, split: str, start: int, stop: 
 
 def draw_with(resolution: int, contour: int, rng: np.random.Generator, label: int, trace: bool = False) -> Any:
     """Draw one image from `rng` with the given label (snakes2.from_wrapper's loop body)."""
+    margin, pair = grow_targets(resolution, contour, rng)
+    return finish(resolution, contour, rng, label, margin, pair, trace)
+
+
+def grow_targets(resolution: int, contour: int, rng: np.random.Generator) -> tuple[int, Pair]:
+    """The first part of an image, its margin and target pair (about three quarters of a 128 px image's time; a
+    targets cache keeps it, targets.py)."""
     spec = SPECS[resolution]
     margin = spec.margins[int(rng.integers(len(spec.margins)))]
-    t = tables(resolution, margin)
-    pair = target_pair(t, contour, rng, BATCH[resolution, margin])
+    return margin, target_pair(tables(resolution, margin), contour, rng, BATCH[resolution, margin])
+
+
+def finish(
+    resolution: int, contour: int, rng: np.random.Generator, label: int, margin: int, pair: Pair, trace: bool = False
+) -> Any:
+    """The rest of an image from `rng` as grow_targets left it: the distractors, the markers and the render."""
+    spec, t = SPECS[resolution], tables(resolution, margin)
     first, second = pair.snakes
     mask = Canvases(t, 1, "image")  # two_snakes' mask: the padding band, every target paddle but the first's last
     mask.init(np.zeros(1, np.int64), t.base_mask)

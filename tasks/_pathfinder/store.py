@@ -4,6 +4,10 @@ The images of one generator setting live under `<data_dir>/<task>/<res>px-d<diff
 one `TaskCache` (tasks/_cache.py) per split and size: `<split>-<n>/` holds `images.npy` (n, H, W) uint8 and
 `labels.npy`. Image i of a split does not depend on n, so a cache of m >= n images serves the first n too. Workers
 fill the memory-mapped images of a cache being written; it appears under its name only when complete.
+
+Beside them, `targets-<split>-<n>/` may hold the split's target pairs drawn ahead (targets.py; `lra data prepare
+--targets-only`, small enough to carry to another machine): images drawn where one covers them take its pairs and
+skip the costly part, after a check that a few come out as drawn from scratch.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +24,8 @@ from lra.core.numbers import ceil_div
 from lra.core.pools import run_jobs
 from lra.core.progress import make_progress
 from tasks._cache import TaskCache
-from tasks._pathfinder.draw import GENERATOR_VERSION, draw_images, labels_for
+from tasks._pathfinder.draw import GENERATOR_VERSION, draw, draw_images, labels_for
+from tasks._pathfinder.targets import draw_from_targets, draw_targets, fields, images_from_targets
 
 
 def auto_workers(n_images: int, resolution: int) -> int:
@@ -28,14 +34,34 @@ def auto_workers(n_images: int, resolution: int) -> int:
     return max(1, min(os.cpu_count() or 1, n_images // per_worker))
 
 
-def _fill(path: str, resolution: int, difficulty: int, split: str, seed: int, start: int, stop: int) -> int:
-    """Worker: draw images start..stop-1 into the memory-mapped images file of a cache being written."""
-    images = draw_images(resolution, difficulty, split, start, stop, seed)
+def _fill(
+    path: str, resolution: int, difficulty: int, split: str, seed: int, start: int, stop: int, targets: str | None
+) -> int:
+    """Worker: draw images start..stop-1 (from the targets cache at `targets`, if given) into the memory-mapped
+    images file of a cache being written."""
+    if targets is None:
+        images = draw_images(resolution, difficulty, split, start, stop, seed)
+    else:
+        images = images_from_targets(resolution, difficulty, split, start, stop, seed, _open_targets(Path(targets)))
     out = np.load(path, mmap_mode="r+")
     out[start:stop] = images
     out.flush()
     del out
     return stop - start
+
+
+def _fill_targets(folder: str, resolution: int, difficulty: int, split: str, seed: int, start: int, stop: int) -> int:
+    """Worker: draw the target pairs of images start..stop-1 into the memory-mapped files of a targets cache."""
+    for name, values in draw_targets(resolution, difficulty, split, start, stop, seed).items():
+        out = np.load(Path(folder) / f"{name}.npy", mmap_mode="r+")
+        out[start:stop] = values
+        out.flush()
+        del out
+    return stop - start
+
+
+def _open_targets(folder: Path) -> dict[str, np.ndarray]:
+    return {p.stem: np.load(p, mmap_mode="r") for p in folder.glob("*.npy")}
 
 
 class GeneratedStore:
@@ -77,6 +103,57 @@ class GeneratedStore:
         size = next((m for m in self.sizes(split) if m >= n), None)
         return None if size is None else self.cache(split, size)
 
+    def targets(self, split: str, n: int) -> TaskCache:
+        """The targets cache of images 0..n-1 of `split` (targets.py)."""
+        settings = {**self.cache(split, n).settings, "targets": True}
+        settings.pop("cache_format")
+        return TaskCache(self.data_dir, self.folder, settings, name=f"targets-{split}-{int(n)}")
+
+    def targets_covering(self, split: str, n: int) -> TaskCache | None:
+        """The smallest complete targets cache of at least the first n images of `split`, or None."""
+        return next((c for c in self._targets_of(split) if c.meta()["counts"][split] >= n), None)
+
+    def _targets_of(self, split: str) -> list[TaskCache]:
+        if not self.path.is_dir():
+            return []
+        name = re.compile(rf"^targets-{split}-(\d+)$")
+        sizes = sorted(int(m.group(1)) for p in self.path.iterdir() if (m := name.match(p.name)))
+        return [c for c in (self.targets(split, n) for n in sizes) if c.exists()]
+
+    def generate_targets(self, counts: dict[str, int], workers: int = 1, description: str = "drawing") -> None:
+        """Draw the target pairs of images 0..n-1 of each split in `counts` into a targets cache (targets.py)."""
+        shapes = fields(self.difficulty)
+        with contextlib.ExitStack() as stack:
+            jobs = []
+            for split, n in counts.items():
+                writer = stack.enter_context(self.targets(split, n).writer(keep_existing=True))
+                for name, (shape, dtype) in shapes.items():
+                    writer.array(name, (n, *shape), dtype).flush()
+                writer.meta["counts"][split] = n
+                chunk = self._chunk(sum(counts.values()), workers)
+                args = (str(writer.folder), self.resolution, self.difficulty, split, self.seed)
+                jobs += [(*args, a, min(n, a + chunk)) for a in range(0, n, chunk)]
+            self._run(_fill_targets, jobs, workers, sum(counts.values()), description, stack)
+
+    def usable_targets(self, split: str, n: int) -> TaskCache | None:
+        """A targets cache covering the first n images of `split` whose first and last images come out as drawn
+        from scratch, or None (a cache that does not is named in a warning and left unused)."""
+        cache = self.targets_covering(split, n)
+        if cache is None:
+            return None
+        arrays = _open_targets(cache.path)
+        for i in sorted({0, n - 1}):
+            fast = draw_from_targets(self.resolution, self.difficulty, split, i, self.seed, arrays, i).image
+            if not np.array_equal(fast, draw(self.resolution, self.difficulty, split, i, self.seed).image):
+                warnings.warn(
+                    f"{cache.path}: image {i} drawn from these target pairs differs from the one drawn from scratch; "
+                    "drawing every image from scratch instead (delete the folder, or draw it again with lra data "
+                    "prepare --targets-only)",
+                    stacklevel=2,
+                )
+                return None
+        return cache
+
     def open(self, split: str, n: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The first n images (memory-mapped) and labels of `split`, or None when no cache holds them."""
         if n == 0:
@@ -91,7 +168,7 @@ class GeneratedStore:
         (each process builds its tables once)."""
         res = self.resolution
         total = sum(counts.values())
-        chunk = max(1, min(256, ceil_div(total, max(1, workers * 16))))
+        chunk = self._chunk(total, workers)
         with contextlib.ExitStack() as stack:
             jobs = []
             for split, n in counts.items():
@@ -100,9 +177,22 @@ class GeneratedStore:
                 writer.array("images", (n, res, res), np.uint8).flush()  # zero-filled; the workers fill it
                 writer.meta["counts"][split] = n
                 path = str(writer.folder / "images.npy")
+                targets = self.usable_targets(split, n)
+                if targets is not None:
+                    writer.meta.setdefault("drawn_from_targets", {})[split] = str(targets.path)
+                where = None if targets is None else str(targets.path)
                 jobs += [
-                    (path, res, self.difficulty, split, self.seed, a, min(n, a + chunk)) for a in range(0, n, chunk)
+                    (path, res, self.difficulty, split, self.seed, a, min(n, a + chunk), where)
+                    for a in range(0, n, chunk)
                 ]
-            progress = stack.enter_context(make_progress())
-            bar = progress.add_task(description, total=total)
-            run_jobs(_fill, jobs, workers, lambda _, done: progress.advance(bar, done))
+            self._run(_fill, jobs, workers, total, description, stack)
+
+    @staticmethod
+    def _chunk(total: int, workers: int) -> int:
+        return max(1, min(256, ceil_div(total, max(1, workers * 16))))
+
+    @staticmethod
+    def _run(fn, jobs: list, workers: int, total: int, description: str, stack: contextlib.ExitStack) -> None:
+        progress = stack.enter_context(make_progress())
+        bar = progress.add_task(description, total=total)
+        run_jobs(fn, jobs, workers, lambda _, done: progress.advance(bar, done))
