@@ -16,7 +16,8 @@
 #        baselines: issue 34's accuracy rows, `lra sweep` of every baseline (BASELINES) over SEEDS (0-2) on
 #            BASELINE_TASKS (default text; image, pathfinder), four runs a GPU (PER_GPU), until LIMIT; the same command
 #            on the next calls of a warm machine resumes the unfinished runs. Text and Image read their archives from
-#            .device/ (copy aclImdb_v1.tar.gz and cifar10_jpeg.tar.gz there from ../shared/data; carry .device)
+#            .device/ (copy aclImdb_v1.tar.gz and cifar10_jpeg.tar.gz there from ../shared/data; carry the task's
+#            archive, not all of .device: with .device/data it is over a call's 64 MiB)
 #        kernel: issue 33's table, `lra bench attention` of flash, flash@deterministic=false and the SDPA peers at
 #            head dims 8 and 16 (HEAD_DIMS), 1K-16K tokens (SEQS), dropout 0.1 then 0, bf16, 131,072 tokens a batch
 #        speed: issue 34's speed table: `lra bench train --preset fa-paper --compile max --synthetic`, every baseline
@@ -167,7 +168,7 @@ follow() {  # start FOLLOW's settings as campaign path-x-$FOLLOW_NAME (--from pa
 
 case $PHASE in
 baselines)
-    # carry .device (the IMDB and CIFAR-10 archives copied from ../shared/data): `run --carry .device`
+    # carry the task's archive (.device/aclImdb_v1.tar.gz or .device/cifar10_jpeg.tar.gz, copied from ../shared/data)
     for task in ${BASELINE_TASKS:-text}; do
         from=()
         [ "$task" = text ] && from=(--from .device/aclImdb_v1.tar.gz)
