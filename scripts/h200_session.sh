@@ -33,8 +33,8 @@
 #            from Pathfinder-32 (with PILOTS=0, a session for the chain alone); every call waits for it.
 #            BESIDE_SPEED="TASK ..." (first call): the draw on cores 4-15 (12 workers) while the `speed` phase's bench
 #            runs on cores 0-3 for those tasks, one after another while the draw lasts (the GPU is idle till then)
-#            Carry .device/data (Path-X's target pairs, 42 MB: `lra data prepare path-x --preset curriculum
-#            --targets-only` with LRA_DATA=.device/data on any machine) and the draw takes ~3.7x less time
+#            Carry .device/data (Path-X's target pairs, 41 MiB: `lra data prepare path-x --preset curriculum
+#            --targets-only` with LRA_DATA=.device/data on any machine) and the draw takes ~3.5x less time
 # LIMIT_S  wall seconds this call may use (keep it 40 s under the call's timeout: the archive is written after)
 # COMMIT   the commit being run (the copied .git is stale): goes into every record
 # CAMPAIGN_END (path-x): seconds from this call's start to the session's end, less ~100 s for the last archive: the
@@ -70,7 +70,7 @@ fi
 mkdir -p "$LOGS" "$LRA_RESULTS" "$LRA_RUNS" /tmp/lra/pids "$LRA_DATA"
 # Target pairs drawn ahead on another machine (`LRA_DATA=.device/data lra data prepare path-x --preset curriculum
 # --targets-only`, carried as .device/data): the draws below take them and skip the costly part of each image
-# (tasks/_pathfinder/targets.py; Path-X's draw ~3.7x faster)
+# (tasks/_pathfinder/targets.py; Path-X's draw 3.5x faster)
 if [ -d .device/data ]; then cp -rn .device/data/. "$LRA_DATA"/; fi
 left() { echo $((LIMIT - ($(date +%s) - START))); }
 lra() { python3 -m lra "$@"; }

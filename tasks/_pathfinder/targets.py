@@ -5,7 +5,7 @@ time, 73% of a 128 px one's and 44% at 256 px. A targets cache holds, per image 
 the margin, the pair (paddle stamps and starts, tails, heads, pairs tried) and the image's random stream where it
 stopped (PCG64's 128-bit state and its buffered 32-bit word). Drawing from it restores the stream and runs the rest
 (`finish`): the image is byte for byte the one drawn from scratch. The cache is small (about 210 bytes an image:
-42 MB for Path-X's 200,000) so it can be drawn on one machine and carried to another whose cores are dear (the lent
+41 MiB for Path-X's 200,000) so it can be drawn on one machine and carried to another whose cores are dear (the lent
 GPU machine: docs/path_x_campaign.md). It is keyed like the images (generator version, resolution, difficulty, seed,
 split, size); `check_targets` draws a few images both ways before a cache is used.
 """
