@@ -122,18 +122,18 @@ class GeneratedStore:
 
     def generate_targets(self, counts: dict[str, int], workers: int = 1, description: str = "drawing") -> None:
         """Draw the target pairs of images 0..n-1 of each split in `counts` into a targets cache (targets.py)."""
-        shapes = fields(self.difficulty)
+        total = sum(counts.values())
+        chunk = self._chunk(total, workers)
         with contextlib.ExitStack() as stack:
             jobs = []
             for split, n in counts.items():
                 writer = stack.enter_context(self.targets(split, n).writer(keep_existing=True))
-                for name, (shape, dtype) in shapes.items():
-                    writer.array(name, (n, *shape), dtype).flush()
+                for name, (shape, dtype) in fields(self.difficulty).items():
+                    writer.array(name, (n, *shape), dtype).flush()  # zero-filled; the workers fill them
                 writer.meta["counts"][split] = n
-                chunk = self._chunk(sum(counts.values()), workers)
                 args = (str(writer.folder), self.resolution, self.difficulty, split, self.seed)
                 jobs += [(*args, a, min(n, a + chunk)) for a in range(0, n, chunk)]
-            self._run(_fill_targets, jobs, workers, sum(counts.values()), description, stack)
+            self._run(_fill_targets, jobs, workers, total, description, stack)
 
     def usable_targets(self, split: str, n: int) -> TaskCache | None:
         """A targets cache covering the first n images of `split` whose first and last images come out as drawn

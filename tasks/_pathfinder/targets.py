@@ -7,7 +7,8 @@ stopped (PCG64's 128-bit state and its buffered 32-bit word). Drawing from it re
 (`finish`): the image is byte for byte the one drawn from scratch. The cache is small (about 210 bytes an image:
 41 MiB for Path-X's 200,000) so it can be drawn on one machine and carried to another whose cores are dear (the lent
 GPU machine: docs/path_x_campaign.md). It is keyed like the images (generator version, resolution, difficulty, seed,
-split, size); `check_targets` draws a few images both ways before a cache is used.
+split, size); the store (`GeneratedStore.usable_targets`) draws a split's first and last images both ways before
+it uses a cache.
 """
 
 from __future__ import annotations
