@@ -256,8 +256,9 @@ class PathfinderTask(Task):
         )
         if not self.cache:
             details["note"] = "cache: false, images are drawn on the fly"
+        ahead = f"; target pairs drawn ahead: {', '.join(details['targets'])}" if details["targets"] else ""
         return self.info_fields(
-            source=f"generated (Pathfinder generator v{self.generator}, seed {self.seed})",
+            source=f"generated (Pathfinder generator v{self.generator}, seed {self.seed}){ahead}",
             where=self.store.path,
             splits=self.counts,
             size=sum(c.size() for c in covering.values() if c is not None),

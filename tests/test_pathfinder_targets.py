@@ -3,6 +3,8 @@ scratch, the store uses a targets cache only after checking it, and `lra data pr
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -71,6 +73,9 @@ def test_prepare_targets_only_from_the_command_line(tmp_path, capsys):
     found = sorted(p.name for p in tmp_path.glob("pathfinder/*/targets-*"))
     assert [name.split("-")[1] for name in found] == ["test", "train", "val"]
     assert not list(tmp_path.glob("pathfinder/*/train-*"))  # no images drawn yet
+    assert main(["data", "info", "pathfinder", "--preset", "tiny", "--data-dir", str(tmp_path), "--json"]) == 0
+    (info,) = json.loads(capsys.readouterr().out)
+    assert info["source"].endswith("; target pairs drawn ahead: train, val, test") and not info["ready"]
     assert main(["data", "prepare", "listops", "--targets-only", *common]) == 2
     assert "--targets-only: listops is not a generated Pathfinder task" in capsys.readouterr().err
     assert main(["data", "prepare", "pathfinder", "--targets-only", "--from", str(tmp_path), *common]) == 2
