@@ -90,13 +90,14 @@ class GeneratedStore:
         }
         return TaskCache(self.data_dir, self.folder, settings, name=f"{split}-{int(n)}")
 
-    def sizes(self, split: str) -> list[int]:
-        """Sizes of the complete caches of `split`, smallest first."""
+    def sizes(self, split: str, targets: bool = False) -> list[int]:
+        """Sizes of the complete image caches (or targets caches) of `split`, smallest first."""
         if not self.path.is_dir():
             return []
-        name = re.compile(rf"^{split}-(\d+)$")
+        name = re.compile(rf"^{'targets-' if targets else ''}{split}-(\d+)$")
         found = [int(m.group(1)) for p in self.path.iterdir() if (m := name.match(p.name))]
-        return sorted(n for n in found if self.cache(split, n).exists())
+        cache = self.targets if targets else self.cache
+        return sorted(n for n in found if cache(split, n).exists())
 
     def covering(self, split: str, n: int) -> TaskCache | None:
         """The smallest complete cache holding at least the first n images of `split`, or None."""
@@ -111,14 +112,8 @@ class GeneratedStore:
 
     def targets_covering(self, split: str, n: int) -> TaskCache | None:
         """The smallest complete targets cache of at least the first n images of `split`, or None."""
-        return next((c for c in self._targets_of(split) if c.meta()["counts"][split] >= n), None)
-
-    def _targets_of(self, split: str) -> list[TaskCache]:
-        if not self.path.is_dir():
-            return []
-        name = re.compile(rf"^targets-{split}-(\d+)$")
-        sizes = sorted(int(m.group(1)) for p in self.path.iterdir() if (m := name.match(p.name)))
-        return [c for c in (self.targets(split, n) for n in sizes) if c.exists()]
+        size = next((m for m in self.sizes(split, targets=True) if m >= n), None)
+        return None if size is None else self.targets(split, size)
 
     def generate_targets(self, counts: dict[str, int], workers: int = 1, description: str = "drawing") -> None:
         """Draw the target pairs of images 0..n-1 of each split in `counts` into a targets cache (targets.py)."""
@@ -178,9 +173,9 @@ class GeneratedStore:
                 writer.meta["counts"][split] = n
                 path = str(writer.folder / "images.npy")
                 targets = self.usable_targets(split, n)
-                if targets is not None:
-                    writer.meta.setdefault("drawn_from_targets", {})[split] = str(targets.path)
                 where = None if targets is None else str(targets.path)
+                if where:
+                    writer.meta.setdefault("drawn_from_targets", {})[split] = where
                 jobs += [
                     (path, res, self.difficulty, split, self.seed, a, min(n, a + chunk), where)
                     for a in range(0, n, chunk)
