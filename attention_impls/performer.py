@@ -17,8 +17,8 @@ the max over all real keys and features of that (batch, head); both constants ca
 added to every feature before the 1/sqrt(m) (performer_pytorch's softmax_kernel: ratio * (exp(...) + eps)), so
 denominators stay positive. Features and sums run in fp32 (fp64 for fp64 inputs) with autocast off.
 
-Options: `nb_features` m; `ortho`; `pad_keys` ('excluded': padded keys get no weight; 'zeroed': as the reference code,
-see below); `redraw_every` n: draw fresh features at the start of every n-th training forward
+Options: `nb_features` m; `ortho`; `pad_keys` ('excluded': padded keys get no weight; 'zeroed': as the reference code;
+'kept': as HazyResearch/fly's; see below); `redraw_every` n: draw fresh features at the start of every n-th training forward
 call, counting from the first (0 = never: keep the features drawn at construction); `kernel`: 'softmax' (FAVOR+) or
 'relu' (the "generalized attention" phi(x) = relu(W x) + 1e-3); `eps`. Features come from torch's global CPU RNG and
 live in a buffer (saved in checkpoints), so runs repeat under torch.manual_seed and eval is deterministic.
@@ -39,13 +39,17 @@ estimates exp(q.k / d), not exp(q.k / sqrt(d)) (a constant factor the learned pr
 default 1/sqrt(d)); the key stabiliser there is the max over the whole batch (a constant that cancels); and padded keys
 there are zeroed before the feature map, so each keeps the features of a zero key, phi(0) (estimating exp(q.0) = 1),
 in the denominator, where here they get none. `pad_keys='zeroed'` with `scale=1/d` reproduces both (the default
-`pad_keys='excluded'` keeps the softmax-over-real-keys semantics of every exact backend).
+`pad_keys='excluded'` keeps the softmax-over-real-keys semantics of every exact backend). The FlashAttention authors'
+own baseline code (HazyResearch/fly, src/models/attention/performer_attention.py, which `--preset fly` follows) zeroes
+only the padded values ("performer-pytorch chooses to zero out the value instead of the key"): each padded key keeps
+its own content's features in the denominator and in the key stabiliser. `pad_keys='kept'` computes that; fly pads a
+batch to its longest sequence, this suite to the task's length, so the padded keys counted can differ.
 
-Padding: padded keys get phi(k) = 0 and are left out of the key stabiliser, so they get no weight at all. Padded
-query rows and rows with no real key are zero. There is no attention matrix, so there is no attention dropout: the
-reference code applies none (attention_performer.py lines 19-23; nor does LRA's performer_attention.py, which takes
-dropout_rate and never uses it), so a run asking for it trains without it and says so (capabilities.dropout_reference;
-the record's attention_dropout_applied: false).
+Padding (the default, excluded): padded keys get phi(k) = 0 and are left out of the key stabiliser, so they get no
+weight at all. Padded query rows and rows with no real key are zero. There is no attention matrix, so there is no
+attention dropout: the reference code applies none (attention_performer.py lines 19-23; nor does LRA's
+performer_attention.py, which takes dropout_rate and never uses it), so a run asking for it trains without it and says
+so (capabilities.dropout_reference; the record's attention_dropout_applied: false).
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ from attention_impls.masking import safe_key_mask, score_dtype, zero_padded_inpu
 from attention_impls.registry import register_backend
 
 _KERNELS = ("softmax", "relu")
-_PAD_KEYS = ("excluded", "zeroed")
+_PAD_KEYS = ("excluded", "zeroed", "kept")
 
 
 def gaussian_features(
@@ -82,7 +86,8 @@ def gaussian_features(
 @register_backend("performer")
 class PerformerAttention(AttentionBackend):
     """FAVOR+ random-feature attention. Options: nb_features=256, ortho=True, redraw_every=0, kernel='softmax',
-    eps=None (1e-4 for softmax, 1e-3 for relu), pad_keys='excluded' ('zeroed': the reference code's padded keys)."""
+    eps=None (1e-4 for softmax, 1e-3 for relu), pad_keys='excluded' ('zeroed': the reference code's padded keys, 'kept':
+    fly's)."""
 
     capabilities = Capabilities(
         exact=False,
@@ -132,10 +137,13 @@ class PerformerAttention(AttentionBackend):
             if self.training_calls % self.redraw_every == 0:
                 self.redraw_features()
             self.training_calls += 1
+        content = k
         q, k, v = zero_padded_inputs(q, k, v, key_padding_mask)
         keys = safe_key_mask(key_padding_mask) if key_padding_mask is not None else None
         if self.pad_keys == "zeroed":
             keys = None  # padded keys are zero vectors now (values too): each keeps phi(0) in the denominator
+        elif self.pad_keys == "kept":
+            k, keys = content, None  # only the values are zeroed: padded keys keep their features in the denominator
         compute = score_dtype(q.dtype)
         with torch.autocast(device_type=q.device.type, enabled=False):
             w = self.features.to(compute)

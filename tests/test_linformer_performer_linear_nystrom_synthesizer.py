@@ -245,8 +245,27 @@ def test_performer_zeroed_padded_keys_estimate_softmax_with_zero_keys_in_the_den
     assert rel_err(zero_keys, real_only) > 0.3  # the two semantics differ by far more than the estimator's error
 
 
+def test_performer_kept_padded_keys_estimate_softmax_over_every_key_with_padded_values_zeroed():
+    """pad_keys='kept' (HazyResearch/fly's code): padded keys keep their own content in the denominator and only their
+    values are zeroed, so the estimate approaches sum_real e^(q.k) v / sum_all e^(q.k), computed here in fp64."""
+    torch.manual_seed(2)
+    q, k, v = qkv(d=8, scale=0.3)
+    mask = right_padded_mask([N, 6], N)
+    real = mask[:, None, :, None].double()
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(8)
+    weights = scores.exp() / scores.exp().sum(dim=-1, keepdim=True)  # every key in the denominator
+    every_key = (weights @ (v * real)) * real
+    attn = make("performer", nb_features=8192, d=8, pad_keys="kept").eval()
+    kept = attn(q, k, v, mask)
+    assert rel_err(kept, every_key) < 0.03
+    assert rel_err(every_key, reference_attention(q, k, v, mask) * real) > 0.3  # far from softmax over real keys
+    moved = attn(q, torch.where(mask[:, None, :, None], k, k + 1.0), v, mask)  # only padded keys' content changed
+    assert torch.equal(moved[0], kept[0])  # the unpadded sequence
+    assert not torch.allclose(moved[1], kept[1])  # the padded keys' content reaches the padded one's output
+
+
 def test_performer_rejects_an_unknown_pad_keys():
-    with pytest.raises(ValueError, match="pad_keys must be one of excluded, zeroed"):
+    with pytest.raises(ValueError, match="pad_keys must be one of excluded, zeroed, kept"):
         make("performer", pad_keys="masked")
 
 
