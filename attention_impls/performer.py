@@ -18,10 +18,11 @@ added to every feature before the 1/sqrt(m) (performer_pytorch's softmax_kernel:
 denominators stay positive. Features and sums run in fp32 (fp64 for fp64 inputs) with autocast off.
 
 Options: `nb_features` m; `ortho`; `pad_keys` ('excluded': padded keys get no weight; 'zeroed': as the reference code;
-'kept': as HazyResearch/fly's; see below); `redraw_every` n: draw fresh features at the start of every n-th training forward
-call, counting from the first (0 = never: keep the features drawn at construction); `kernel`: 'softmax' (FAVOR+) or
-'relu' (the "generalized attention" phi(x) = relu(W x) + 1e-3); `eps`. Features come from torch's global CPU RNG and
-live in a buffer (saved in checkpoints), so runs repeat under torch.manual_seed and eval is deterministic.
+'kept': as HazyResearch/fly's; see below); `redraw_every` n: draw fresh features at the start of every n-th
+training forward call, counting from the first (0 = never: keep the features drawn at construction); `kernel`:
+'softmax' (FAVOR+) or 'relu' (the "generalized attention" phi(x) = relu(W x) + 1e-3); `eps`. Features come from
+torch's global CPU RNG and live in a buffer (saved in checkpoints), so runs repeat under torch.manual_seed and eval is
+deterministic.
 
 Defaults are the FlashAttention recipe's reference code (github.com/mlpen/Nystromformer, LRA/code/):
 - nb_features 256: lra_config.py, every task's "performer-256" entry, rp_dim 256.
