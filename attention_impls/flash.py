@@ -76,6 +76,8 @@ class FlashAttention(AttentionBackend):
 
     Options: `scale`; tile sizes `block_m`, `block_n`, `num_warps`, `num_stages` (forward) and `bwd_block_m`,
     `bwd_block_n`, `bwd_num_warps`, `bwd_num_stages` (backward), each None for the tuned default of the head dim;
+    `maxnreg`, `bwd_maxnreg` (registers a thread may use in the forward and the backward kernels; None: the
+    compiler's choice);
     `allow_tf32` (fp32 inputs: tf32 dots instead of full-precision ones); `deterministic` (default True: the two-pass
     backward, bitwise reproducible; False: the one-pass backward with dQ by fp32 atomics, whose last bits vary);
     `compact_padding` (default False: right-padded masks only; True: any mask, by gathering real tokens first, at the
@@ -103,6 +105,8 @@ class FlashAttention(AttentionBackend):
         bwd_block_n: int | None = None,
         bwd_num_warps: int | None = None,
         bwd_num_stages: int | None = None,
+        maxnreg: int | None = None,
+        bwd_maxnreg: int | None = None,
         allow_tf32: bool = False,
         deterministic: bool = True,
         compact_padding: bool = False,
@@ -119,6 +123,8 @@ class FlashAttention(AttentionBackend):
             "bwd_block_n": bwd_block_n,
             "bwd_num_warps": bwd_num_warps,
             "bwd_num_stages": bwd_num_stages,
+            "maxnreg": maxnreg,
+            "bwd_maxnreg": bwd_maxnreg,
         }
         Tiles().with_options(**self.tile_options)  # reject bad tile options at construction
         self.allow_tf32 = bool(allow_tf32)

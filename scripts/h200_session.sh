@@ -19,7 +19,8 @@
 #            .device/ (copy aclImdb_v1.tar.gz and cifar10_jpeg.tar.gz there from ../shared/data; carry the task's
 #            archive, not all of .device: with .device/data it is over a call's 64 MiB)
 #        kernel: issue 33's table, `lra bench attention` of flash, flash@deterministic=false and the SDPA peers at
-#            head dims 8 and 16 (HEAD_DIMS), 1K-16K tokens (SEQS), dropout 0.1 then 0, bf16, 131,072 tokens a batch
+#            head dims 8 and 16 (HEAD_DIMS), 1K-16K tokens (SEQS), dropout 0.1 then 0, bf16, 131,072 tokens a batch;
+#            at 0.1 also flash with its registers capped (maxnreg 168 or 128, bwd_maxnreg 128)
 #        speed: issue 34's speed table: `lra bench train --preset fa-paper --compile max --synthetic`, every baseline
 #            beside compiled naive, task by task while time is left (nystrom once more without its convolution)
 #        path-x: issue 36, the same command on every call of a session (docs/path_x_campaign.md, "Round 3 (next)"):
@@ -180,10 +181,13 @@ baselines)
         --root /tmp/lra/sweeps --device "$DEVICE" --time-limit "$(($(left) - 30))s" > "$LOGS/sweep.log" 2>&1
     ;;
 kernel)
-    # issue 33's table in one run per dropout value: flash (and its one-pass backward) beside the SDPA kernels
+    # issue 33's table in one run per dropout value: flash (and its one-pass backward) beside the SDPA kernels; with
+    # dropout also flash with its registers capped (more programs per SM; docs/flash_kernel.md, v8)
     for p in 0.1 0; do
+        caps=""
+        [ "$p" = 0 ] || caps=",flash@maxnreg=168@bwd_maxnreg=128,flash@maxnreg=128@bwd_maxnreg=128"
         timeout "$(left)" python3 -m lra bench attention --device "$DEVICE" --dropout "$p" --seq "${SEQS:-1k,4k,16k}" \
-            --head-dim "${HEAD_DIMS:-8,16}" --attn "flash,flash@deterministic=false,${PEERS:-sdpa_flash,sdpa_cudnn}" \
+            --head-dim "${HEAD_DIMS:-8,16}" --attn "flash,flash@deterministic=false$caps,${PEERS:-sdpa_flash,sdpa_cudnn}" \
             ${KERNEL_ARGS:-} > "$LOGS/kernel-p$p.log" 2>&1
     done
     ;;

@@ -212,6 +212,36 @@ def test_backend_options_and_noncontiguous_inputs():
         Tiles(64, 64)  # keywords only: eight positional numbers were a puzzle
 
 
+def test_register_caps_reach_every_launch_and_change_nothing_computed(monkeypatch):
+    """`maxnreg` caps the forward's registers and `bwd_maxnreg` both backward kernels' (Triton's launch option; the
+    interpreter ignores it, so here the values must reach the launches and leave the results bitwise alone)."""
+    import attention_impls.kernels.function as function  # noqa: PLC0415 (the module whose launches are watched)
+
+    seen: dict[str, int] = {}
+    launch = function._launch
+
+    def watch(kernel, grid, args, consts, num_warps, num_stages, *, maxnreg=0):
+        seen[kernel.__name__] = maxnreg
+        return launch(kernel, grid, args, consts, num_warps, num_stages, maxnreg=maxnreg)
+
+    monkeypatch.setattr(function, "_launch", watch)
+    gen = _gen("maxnreg")
+    q, k, v = (torch.randn(1, 2, 40, 16, generator=gen, requires_grad=True) for _ in range(3))
+    runs = []
+    for caps in ({}, {"maxnreg": 168, "bwd_maxnreg": 128}):
+        attn = build_attention("flash", heads=2, head_dim=16, seq_len=40, dropout=0.2, options=caps)
+        torch.manual_seed(5)
+        out = attn(q, k, v)
+        runs.append((out, *torch.autograd.grad(out.square().sum(), (q, k, v))))
+    assert seen == {"attn_fwd": 168, "bwd_dkdv": 128, "bwd_dq": 128}
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+    tiles = Tiles(maxnreg=96, bwd_maxnreg=128)
+    assert Tiles.from_values(tiles.values()) == tiles
+    for bad in (16, 256):
+        with pytest.raises(ValueError, match="maxnreg=.* must be 0 .* or 32..255"):
+            Tiles(maxnreg=bad)
+
+
 def test_bad_inputs_are_clear_errors():
     q = torch.randn(1, 1, 8, 16)
     with pytest.raises(ValueError, match="share one dtype"):

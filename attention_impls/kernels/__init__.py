@@ -10,10 +10,18 @@ Importing this package does not import triton; `function` does (import it where 
 
 from attention_impls.kernels.dropout import draw_rng_state, effective_dropout, quantize_dropout, rng_state
 from attention_impls.kernels.lists import LayoutLists
-from attention_impls.kernels.tiles import MAX_HEAD_DIM, SUPPORTED_HEAD_DIMS, TILE_OPTIONS, Tiles, default_tiles
+from attention_impls.kernels.tiles import (
+    MAX_HEAD_DIM,
+    REGISTER_OPTIONS,
+    SUPPORTED_HEAD_DIMS,
+    TILE_OPTIONS,
+    Tiles,
+    default_tiles,
+)
 
 __all__ = [
     "MAX_HEAD_DIM",
+    "REGISTER_OPTIONS",
     "SUPPORTED_HEAD_DIMS",
     "TILE_OPTIONS",
     "LayoutLists",

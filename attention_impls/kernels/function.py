@@ -63,11 +63,13 @@ def _unit_stride(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def _launch(kernel, grid, args: list, consts: dict, num_warps: int, num_stages: int) -> None:
-    """Launch; when shared memory runs out, retry with fewer pipeline stages (slower but valid), warning once."""
+def _launch(kernel, grid, args: list, consts: dict, num_warps: int, num_stages: int, *, maxnreg: int = 0) -> None:
+    """Launch; when shared memory runs out, retry with fewer pipeline stages (slower but valid), warning once.
+    `maxnreg` > 0 caps the registers per thread (0: the compiler's choice)."""
+    registers = {"maxnreg": maxnreg} if maxnreg else {}
     for stages in range(num_stages, 0, -1):
         try:
-            kernel[grid](*args, **consts, num_warps=num_warps, num_stages=stages)
+            kernel[grid](*args, **consts, num_warps=num_warps, num_stages=stages, **registers)
         except OutOfResources as err:
             if stages == 1:
                 raise
@@ -126,7 +128,7 @@ def _forward(q, k, v, lengths, rng, kv_list, scale, threshold, pad_queries, tile
     consts = _consts(q, lengths, pad_queries, kv_list is not None, threshold, allow_tf32)
     consts.update(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, **list_consts)
     grid = (triton.cdiv(Nq, tiles.block_m), B * H)
-    _launch(attn_fwd, grid, args, consts, tiles.num_warps, tiles.num_stages)
+    _launch(attn_fwd, grid, args, consts, tiles.num_warps, tiles.num_stages, maxnreg=tiles.maxnreg)
     return out, lse
 
 
@@ -162,7 +164,8 @@ def _backward(do, q, k, v, out, lse, lengths, rng, q_list, dq_list, scale, thres
     args = [*head, dk, dv, acc, lse, delta, *tail, lst, rng, *strides, *dk.stride()[:3], *acc_strides, ls_h, ls_row,
             *scalars]  # fmt: skip
     c1 = dict(consts, BLOCK_M=m1, BLOCK_N=n1, ATOMIC_DQ=dq_acc is not None, **list_consts)
-    _launch(bwd_dkdv, (triton.cdiv(Nk, n1), B * H), args, c1, tiles.bwd_num_warps, tiles.bwd_num_stages)
+    grid = (triton.cdiv(Nk, n1), B * H)
+    _launch(bwd_dkdv, grid, args, c1, tiles.bwd_num_warps, tiles.bwd_num_stages, maxnreg=tiles.bwd_maxnreg)
     if dq_acc is not None:
         dq = torch.empty_like(q, memory_format=torch.contiguous_format)
         scale_cast[(triton.cdiv(dq.numel(), _CAST_BLOCK),)](dq_acc, dq, dq.numel(), scale, BLOCK=_CAST_BLOCK)
@@ -173,7 +176,8 @@ def _backward(do, q, k, v, out, lse, lengths, rng, q_list, dq_list, scale, thres
     lst, ls_h, ls_row, list_consts = _list_args(dq_list, dummy)
     args = [*head, dq, lse, delta, *tail, lst, rng, *strides, *dq.stride()[:3], ls_h, ls_row, *scalars]
     c2 = dict(consts, BLOCK_M=m2, BLOCK_N=n2, **list_consts)
-    _launch(bwd_dq, (triton.cdiv(Nq, m2), B * H), args, c2, tiles.bwd_num_warps, tiles.bwd_num_stages)
+    grid = (triton.cdiv(Nq, m2), B * H)
+    _launch(bwd_dq, grid, args, c2, tiles.bwd_num_warps, tiles.bwd_num_stages, maxnreg=tiles.bwd_maxnreg)
     return dq, dk, dv
 
 

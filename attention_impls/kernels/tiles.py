@@ -3,7 +3,9 @@
 
 The forward uses (block_m query rows) x (block_n keys). The backward's dK/dV kernel uses (bwd_block_m query rows) x
 (bwd_block_n keys) and its dQ kernel the transpose, (bwd_block_n query rows) x (bwd_block_m keys), as in the Triton
-tutorial: the outer tile is the large one and the loop walks small tiles.
+tutorial: the outer tile is the large one and the loop walks small tiles. `maxnreg` and `bwd_maxnreg` cap the
+registers a thread of the forward and of the backward kernels may use (Triton's launch option; 0: the compiler's
+choice): fewer registers let more programs share an SM, which hides latency, at the risk of spills.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ TILE_OPTIONS = (
     "bwd_num_warps",
     "bwd_num_stages",
 )
+REGISTER_OPTIONS = ("maxnreg", "bwd_maxnreg")  # launch options beside the tiles; not swept by `lra bench tiles`
+MAX_REGISTERS = 255  # per thread on NVIDIA GPUs
 
 
 # The head dims the kernels take, the one place they are set (backends declare these, the entry point checks them).
@@ -44,6 +48,8 @@ class Tiles:
     bwd_block_n: int = 64
     bwd_num_warps: int = 4
     bwd_num_stages: int = 2
+    maxnreg: int = 0
+    bwd_maxnreg: int = 0
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "bwd_block_m", "bwd_block_n"):
@@ -57,22 +63,28 @@ class Tiles:
         for name in ("num_stages", "bwd_num_stages"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        for name in REGISTER_OPTIONS:
+            val = getattr(self, name)
+            if val != 0 and not 32 <= val <= MAX_REGISTERS:
+                raise ValueError(f"{name}={val} must be 0 (the compiler's choice) or 32..{MAX_REGISTERS} registers")
 
     def with_options(self, **options: int | None) -> Tiles:
         """These tiles with the options that are not None replaced."""
-        unknown = set(options) - set(TILE_OPTIONS)
+        unknown = set(options) - set(TILE_OPTIONS + REGISTER_OPTIONS)
         if unknown:
-            raise ValueError(f"unknown tile option(s) {sorted(unknown)}; valid: {', '.join(TILE_OPTIONS)}")
+            valid = ", ".join(TILE_OPTIONS + REGISTER_OPTIONS)
+            raise ValueError(f"unknown tile option(s) {sorted(unknown)}; valid: {valid}")
         return replace(self, **{k: int(v) for k, v in options.items() if v is not None})
 
     @classmethod
     def from_values(cls, values: Sequence[int]) -> Tiles:
-        """Tiles from a list in TILE_OPTIONS order: the inverse of `values` (the custom ops' form, the tuned tables)."""
-        return cls(**dict(zip(TILE_OPTIONS, values)))
+        """Tiles from a list in TILE_OPTIONS + REGISTER_OPTIONS order (the tuned tables give the first eight): the
+        inverse of `values` (the custom ops' form)."""
+        return cls(**dict(zip(TILE_OPTIONS + REGISTER_OPTIONS, values)))
 
     def values(self) -> list[int]:
-        """The fields as a list in TILE_OPTIONS order (how the custom ops take them)."""
-        return [getattr(self, name) for name in TILE_OPTIONS]
+        """The fields as a list in TILE_OPTIONS + REGISTER_OPTIONS order (how the custom ops take them)."""
+        return [getattr(self, name) for name in TILE_OPTIONS + REGISTER_OPTIONS]
 
 
 # Defaults on the H200, by head dim, for 16-bit inputs: the fastest of the sweep in docs/flash_kernel.md (device call 1;
