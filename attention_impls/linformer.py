@@ -8,20 +8,23 @@ which approximates softmax attention by a rank-k one (the paper's argument: the 
 rank). Cost O(N k d) time and O(N k) memory per head instead of O(N^2). E and F are shared across heads (the paper's
 headwise sharing); `share_kv` makes F = E (the paper's key-value sharing; LRA's Linformer shares one kernel).
 
-Options: `k` (k >= N is allowed, it just saves nothing), `share_kv`, `drop_attention` (apply model.attention_dropout
-to the N x k probabilities). Defaults are the FlashAttention recipe's reference code (github.com/mlpen/Nystromformer,
-LRA/code/): k 256 from lra_config.py's "linformer-256" entry of every task (linformer_k); share_kv True
-(attention_linformer.py lines 25-26 project K and V by the same E); drop_attention False (attention_linformer.py
-lines 24-35 apply no attention dropout, unlike its SoftmaxAttention in attention.py line 20), so a run asking for
-attention dropout trains without it and says so (the record's attention_dropout_applied: false). The LRA repo's
-Linformer applies it (linformer_attention.py passes dropout_rate to dot_product_attention) with k = 16 (its
-low_rank_features default, which linformer.py never overrides): `attention: {linformer: {k: 16, drop_attention:
-true}}`. Deviations kept: that reference has one E per head (num_head, k, seq_len), shared by all layers (a class
-attribute), initialised N(0, 0.02^2); here one E per layer shared by the heads (the paper's headwise sharing),
-initialised N(0, 1/seq_len) (LRA's lecun-normal; 0.022 at 2,048 tokens).
-The projections are N wide, so the backend is built for the model's full padded length `seq_len`
-(capabilities.fixed_seq_len); a shorter input uses the first N columns (the same as zero-padding it), a longer one is
-an error. E and F start as LRA's lecun-normal kernels, N(0, 1/seq_len).
+Options: `k` (k >= N is allowed, it just saves nothing), `share_kv`, `drop_attention` (apply model.attention_dropout to
+the N x k probabilities), `proj_init` (E and F drawn N(0, 1/seq_len), 'seq_len', or N(0, 1/k), 'k'). Defaults are the
+FlashAttention recipe's reference code (github.com/mlpen/Nystromformer, LRA/code/): k 256 from lra_config.py's
+"linformer-256" entry of every task (linformer_k); share_kv True (attention_linformer.py lines 25-26 project K and V by
+the same E); drop_attention False (attention_linformer.py lines 24-35 apply no attention dropout, unlike its
+SoftmaxAttention in attention.py line 20), so a run asking for attention dropout trains without it and says so (the
+record's attention_dropout_applied: false). The LRA repo's Linformer applies it (linformer_attention.py passes
+dropout_rate to dot_product_attention) with k = 16 (its low_rank_features default, which linformer.py never overrides):
+`attention: {linformer: {k: 16, drop_attention: true}}`. Deviations kept: that reference has one E per head (num_head,
+k, seq_len), shared by all layers (a class attribute), initialised N(0, 0.02^2); here one E per layer shared by the
+heads (the paper's headwise sharing), initialised N(0, 1/seq_len) (LRA's lecun-normal; 0.022 at 2,048 tokens). The
+projections are N wide, so the backend is built for the model's full padded length `seq_len`
+(capabilities.fixed_seq_len); a shorter input uses the first N columns (the same as zero-padding it), a longer one is an
+error. E and F start as LRA's lecun-normal kernels, N(0, 1/seq_len). The FlashAttention authors' baseline code
+(HazyResearch/fly, src/models/attention/linformer_attention.py, which `--preset fly` follows) keeps E and F apart
+(share_kv False) and draws them N(0, 1/k), "the random projection interpretation": `share_kv: false, proj_init: k`,
+which starts the projected keys sqrt(N / k) times larger (4x at 2,000 tokens and k = 128).
 
 Padding (an approximation, unlike softmax masking): padded keys and values are replaced by zeros before the projection
 (a selection, so even a NaN there never reaches the output). But the k projected rows are mixtures of tokens, not
@@ -40,11 +43,13 @@ from attention_impls.base import AttentionBackend, Capabilities
 from attention_impls.masking import score_dtype, zero_padded_inputs
 from attention_impls.registry import register_backend
 
+_PROJ_INITS = ("seq_len", "k")  # the variance of E's and F's entries: 1 / seq_len or 1 / k
+
 
 @register_backend("linformer")
 class LinformerAttention(AttentionBackend):
     """Linformer: K and V projected along the sequence to k rows. Options: k=256, share_kv=True,
-    drop_attention=False."""
+    drop_attention=False, proj_init='seq_len' ('k': fly's N(0, 1/k))."""
 
     capabilities = Capabilities(
         exact=False,
@@ -53,7 +58,15 @@ class LinformerAttention(AttentionBackend):
         notes="Wang et al. 2020; O(N k d); attention dropout off by default (drop_attention)",
     )
 
-    def __init__(self, *args, k: int = 256, share_kv: bool = True, drop_attention: bool = False, **kwargs):
+    def __init__(
+        self,
+        *args,
+        k: int = 256,
+        share_kv: bool = True,
+        drop_attention: bool = False,
+        proj_init: str = "seq_len",
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         self.drop_attention = bool(drop_attention)
         if not self.drop_attention:
@@ -62,7 +75,10 @@ class LinformerAttention(AttentionBackend):
             raise ValueError(f"linformer k (projected length) must be >= 1, got {k}")
         self.k = int(k)
         self.share_kv = bool(share_kv)
-        std = self.seq_len**-0.5  # lecun-normal: fan-in seq_len
+        if proj_init not in _PROJ_INITS:
+            raise ValueError(f"linformer proj_init must be one of {', '.join(_PROJ_INITS)}, got {proj_init!r}")
+        self.proj_init = proj_init
+        std = (self.seq_len if proj_init == "seq_len" else self.k) ** -0.5  # lecun-normal (fan-in N), or fly's 1/k
         self.E = nn.Parameter(torch.randn(self.k, self.seq_len) * std)
         self.F = None if self.share_kv else nn.Parameter(torch.randn(self.k, self.seq_len) * std)
 
@@ -83,4 +99,7 @@ class LinformerAttention(AttentionBackend):
         return self.softmax_attend(scores, v_proj, key_padding_mask, mask_keys=False)  # projected keys: no padding
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + f", k={self.k}, share_kv={self.share_kv}, drop_attention={self.drop_attention}"
+        return (
+            super().extra_repr() + f", k={self.k}, share_kv={self.share_kv}, drop_attention={self.drop_attention}, "
+            f"proj_init={self.proj_init}"
+        )

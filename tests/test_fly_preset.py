@@ -70,8 +70,9 @@ def test_fly_value(task, key, expected):
 def test_each_method_gets_its_own_file_s_options_and_no_other_backend_sees_them(task):
     want = METHODS[task]
     config = load_config(task, "fly")
-    assert config.options_of("performer")["nb_features"] == want["performer"]
-    assert config.options_of("linformer") == {"k": want["linformer"], "drop_attention": True}
+    assert config.options_of("performer") == {"nb_features": want["performer"], "pad_keys": "kept"}
+    linformer = {"k": want["linformer"], "drop_attention": True, "share_kv": False, "proj_init": "k"}
+    assert config.options_of("linformer") == linformer
     reformer = config.options_of("reformer")
     assert (reformer["bucket_size"], reformer["n_hashes"], reformer["drop_attention"]) == (want["reformer"], 2, True)
     assert reformer["scale"] == pytest.approx(want["head_dim"] ** -0.5, rel=1e-15)

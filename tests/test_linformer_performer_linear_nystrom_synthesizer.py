@@ -245,6 +245,21 @@ def test_performer_zeroed_padded_keys_estimate_softmax_with_zero_keys_in_the_den
     assert rel_err(zero_keys, real_only) > 0.3  # the two semantics differ by far more than the estimator's error
 
 
+def test_linformer_projections_start_at_the_chosen_scale():
+    """proj_init 'seq_len' (LRA's lecun-normal, the default) draws E and F N(0, 1/N); 'k' (HazyResearch/fly's
+    linformer_attention.py) N(0, 1/k), with separate E and F under share_kv=False."""
+    n, k = 2000, 128
+    lecun = make("linformer", n=n, k=k)
+    fly = make("linformer", n=n, k=k, share_kv=False, proj_init="k")
+    assert lecun.F is None and fly.F is not None and not torch.equal(fly.E, fly.F)
+    for weights, std in ((lecun.E, n**-0.5), (fly.E, k**-0.5), (fly.F, k**-0.5)):
+        assert weights.shape == (k, n)
+        assert abs(weights.std().item() / std - 1) < 0.01  # 256,000 draws: the estimate's error is ~0.14%
+        assert abs(weights.mean().item()) < 4 * std / (k * n) ** 0.5
+    with pytest.raises(ValueError, match="proj_init must be one of seq_len, k"):
+        make("linformer", proj_init="lecun")
+
+
 def test_performer_kept_padded_keys_estimate_softmax_over_every_key_with_padded_values_zeroed():
     """pad_keys='kept' (HazyResearch/fly's code): padded keys keep their own content in the denominator and only their
     values are zeroed, so the estimate approaches sum_real e^(q.k) v / sum_all e^(q.k), computed here in fp64."""
