@@ -41,7 +41,13 @@ def old_config_hash(config: dict) -> str:
         config["data"] = {k: v for k, v in config["data"].items() if k != "black_padding"}
     speed = ("compile", "eval_batch_size", "data_placement")
     config["train"] = {k: v for k, v in config["train"].items() if k not in speed}
-    later = {"init_positions": "upsample", "augment": "none", "objective": "classify", "mask_rate": 0.15}
+    later = {
+        "init_positions": "upsample",
+        "augment": "none",
+        "objective": "classify",
+        "mask_rate": 0.15,
+        "freeze_positions": False,
+    }
     config["train"] = {k: v for k, v in config["train"].items() if k not in later or v != later[k]}
     return stable_hash(config)
 
