@@ -155,7 +155,7 @@ class PathfinderTask(Task):
         small enough to carry to a machine that then draws the images quickly (tasks/_pathfinder/targets.py)."""
         if self.source is not None:
             raise ConfigError(f"{self.name} reads LRA's release ({self.source}): it has no target pairs to draw")
-        missing = {s: n for s, n in self.counts.items() if n > 0 and self.store.targets_covering(s, n) is None}
+        missing = {s: n for s, n in self.counts.items() if n > 0 and self.store.covering(s, n, targets=True) is None}
         if missing:
             what = " + ".join(f"{n} {split}" for split, n in missing.items())
             self.store.generate_targets(missing, workers, description=f"drawing {self.name}'s target pairs ({what})")
@@ -246,13 +246,12 @@ class PathfinderTask(Task):
         if self.source is not None:
             return self._release_info(details)
         covering = {s: self.store.covering(s, n) for s, n in self.counts.items() if n > 0}
+        pairs = {s: self.store.covering(s, n, targets=True) for s, n in self.counts.items() if n > 0}
         details.update(
             generator=self.settings(),
             caches={s: c.path.name if c else None for s, c in covering.items()},
             cached_sizes={s: self.store.sizes(s) for s in SPLITS},
-            targets={
-                s: c.path.name for s, n in self.counts.items() if n > 0 and (c := self.store.targets_covering(s, n))
-            },
+            targets={s: c.path.name for s, c in pairs.items() if c},
         )
         if not self.cache:
             details["note"] = "cache: false, images are drawn on the fly"

@@ -49,7 +49,7 @@ def test_the_store_draws_from_a_targets_cache_and_the_images_are_unchanged(tmp_p
         (a, la), (b, lb) = fast.open(split, n), slow.open(split, n)
         assert np.array_equal(a, b) and np.array_equal(la, lb)
     assert "drawn_from_targets" not in slow.covering("train", 12).meta()
-    assert fast.targets_covering("train", 21) is None and fast.targets_covering("test", 1) is None
+    assert fast.covering("train", 21, targets=True) is None and fast.covering("test", 1, targets=True) is None
 
 
 def test_a_targets_cache_that_draws_other_images_is_named_and_left_unused(tmp_path):

@@ -99,21 +99,18 @@ class GeneratedStore:
         cache = self.targets if targets else self.cache
         return sorted(n for n in found if cache(split, n).exists())
 
-    def covering(self, split: str, n: int) -> TaskCache | None:
-        """The smallest complete cache holding at least the first n images of `split`, or None."""
-        size = next((m for m in self.sizes(split) if m >= n), None)
-        return None if size is None else self.cache(split, size)
+    def covering(self, split: str, n: int, targets: bool = False) -> TaskCache | None:
+        """The smallest complete cache holding at least the first n images of `split` (or, `targets`, their target
+        pairs), or None."""
+        size = next((m for m in self.sizes(split, targets=targets) if m >= n), None)
+        cache = self.targets if targets else self.cache
+        return None if size is None else cache(split, size)
 
     def targets(self, split: str, n: int) -> TaskCache:
         """The targets cache of images 0..n-1 of `split` (targets.py)."""
         settings = {**self.cache(split, n).settings, "targets": True}
         settings.pop("cache_format")
         return TaskCache(self.data_dir, self.folder, settings, name=f"targets-{split}-{int(n)}")
-
-    def targets_covering(self, split: str, n: int) -> TaskCache | None:
-        """The smallest complete targets cache of at least the first n images of `split`, or None."""
-        size = next((m for m in self.sizes(split, targets=True) if m >= n), None)
-        return None if size is None else self.targets(split, size)
 
     def generate_targets(self, counts: dict[str, int], workers: int = 1, description: str = "drawing") -> None:
         """Draw the target pairs of images 0..n-1 of each split in `counts` into a targets cache (targets.py)."""
@@ -133,7 +130,7 @@ class GeneratedStore:
     def usable_targets(self, split: str, n: int) -> TaskCache | None:
         """A targets cache covering the first n images of `split` whose first and last images come out as drawn
         from scratch, or None (a cache that does not is named in a warning and left unused)."""
-        cache = self.targets_covering(split, n)
+        cache = self.covering(split, n, targets=True)
         if cache is None:
             return None
         arrays = _open_targets(cache.path)
