@@ -23,15 +23,17 @@
 #            at 0.1 also flash with the forward's registers capped (maxnreg 128)
 #        speed: issue 34's speed table: `lra bench train --preset fa-paper --compile max --synthetic`, every baseline
 #            beside compiled naive, task by task while time is left (nystrom once more without its convolution)
-#        path-x: issue 36, the same command on every call of a session (docs/path_x_campaign.md, "Round 4 (next)"):
+#        path-x: issue 36, the same command on every call of a session (docs/path_x_campaign.md, "Round 5 (next)"):
 #            Path-X's data drawn detached on 16 cores (once), then the pilots of PILOT_FILE (default
 #            scripts/path_x_pilots.txt: one `NAME BACKEND [--set ...]` a line) side by side, each `lra run path-x
 #            --preset curriculum` for PILOT_STEPS (2,496) steps from path-x-bsf2's Path-64 stage. PILOTS=0 skips them.
-#            FOLLOW="--set KEY=VALUE ..." FOLLOW_NAME=NAME (a later call): once no pilot runs, `lra campaign path-x`
-#            into campaigns/path-x-NAME with those settings (ATTN: its backend), --from path-x-bsf2 (the stages it
-#            shares: a campaign's config hash leaves the backend out, so a FOLLOW must change the Path-X stage, e.g.
-#            --set path-x:train.steps=6240), detached, until CAMPAIGN_END; with FOLLOW_FROM=none a chain of its own
-#            from Pathfinder-32 (with PILOTS=0, a session for the chain alone); every call waits for it.
+#            Once no pilot runs, the campaigns of CAMPAIGN_FILE (default scripts/path_x_campaigns.txt, the same kind
+#            of lines) side by side, each `lra campaign path-x --attn BACKEND` with its settings into
+#            campaigns/path-x-NAME (resumed from the committed state where there is one), --from path-x-bsf2 (the
+#            stages it shares: a campaign's config hash leaves the backend out, so a line must change the Path-X
+#            stage, e.g. --set path-x:train.steps=6240), detached, until CAMPAIGN_END; every call waits for them.
+#            CAMPAIGNS=0 skips them; with CAMPAIGN_FROM=none each is a chain of its own from Pathfinder-32, started
+#            before the pilots (with PILOTS=0, a session for the chains alone).
 #            BESIDE_SPEED="TASK ..." (first call): the draw on cores 4-15 (12 workers) while the `speed` phase's bench
 #            runs on cores 0-3 for those tasks, one after another while the draw lasts (the GPU is idle till then)
 #            Carry .device/data (Path-X's target pairs, 41 MiB: `lra data prepare path-x --preset curriculum
@@ -43,7 +45,7 @@
 # from it when they start.
 #
 # Dry runs on a CPU: PRESET=tiny DEVICE=cpu for listops-seeds and speed (listops-fly has no small form); for path-x,
-# DEVICE=cpu PILOT_ATTN=naive ATTN=naive WORKERS=1 SMALL_DATA="--set data.num_train=32 --set data.num_val=16 --set
+# DEVICE=cpu PILOT_ATTN=naive CAMPAIGN_ATTN=naive WORKERS=1 SMALL_DATA="--set data.num_train=32 --set data.num_val=16 --set
 # data.num_test=16 --set data.downsample=2" SMALL="--set train.batch_size=8" PILOT_STEPS=4, and OUT a scratch folder.
 #
 # Runs live in /tmp/lra (kept while the machine stays warm; the next call must come within 30 s). Everything comes
@@ -111,7 +113,7 @@ listops_run() {  # listops_run NAME BACKEND SEED [--set ...]
     bg "$name" run listops --attn "$attn" --preset "$PRESET" --device "$DEVICE" --seed "$seed" --time-limit "$(left)s" "$@"
 }
 
-path_x() {  # issue 36's pilots, then the follow-up campaign (see the header)
+path_x() {  # issue 36's pilots, then the campaigns (see the header)
     : "${CAMPAIGN_END:?set CAMPAIGN_END}"
     # shellcheck disable=SC2206
     local small=(${SMALL_DATA:-} ${SMALL:-}) name attn settings
@@ -126,7 +128,7 @@ path_x() {  # issue 36's pilots, then the follow-up campaign (see the header)
         done
     fi
     started prep-path-x || detach prep-path-x data prepare path-x --preset curriculum --workers "${WORKERS:-16}" ${SMALL_DATA:-}
-    [ "${FOLLOW_FROM:-}" = none ] && follow  # a chain of its own draws its own data, stage by stage
+    [ "${CAMPAIGN_FROM:-}" = none ] && campaigns  # a chain of its own draws its own data, stage by stage
     wait_detached prep-path-x
     if [ "${PILOTS:-1}" = 1 ] && grep -q prepared "$LOGS/prep-path-x.log"; then
         set -f  # a pilot's settings are words, never file patterns
@@ -140,7 +142,7 @@ path_x() {  # issue 36's pilots, then the follow-up campaign (see the header)
         set +f
     fi
     wait_detached 'pilot-*'
-    alive 'pilot-*' || follow
+    alive 'pilot-*' || campaigns
     wait_detached 'campaign-*'
 }
 
@@ -152,19 +154,24 @@ bench_speed() {  # bench_speed TASK: issue 34's speed table for one task, every 
 
 session_left() { echo $((CAMPAIGN_END - ($(date +%s) - START))); }  # seconds to the session's end, now
 
-follow() {  # start FOLLOW's settings as campaign path-x-$FOLLOW_NAME (--from path-x-bsf2, or a chain of its own)
-    [ -n "${FOLLOW:-}" ] || return 0
-    local name=path-x-${FOLLOW_NAME:?name the follow-up campaign} source=${FOLLOW_FROM:-path-x-bsf2} from=()
-    started "campaign-$name" && return 0
+campaigns() {  # start CAMPAIGN_FILE's campaigns, each as path-x-NAME (--from path-x-bsf2, or a chain of its own)
+    [ "${CAMPAIGNS:-1}" = 1 ] || return 0
+    local name attn settings state source=${CAMPAIGN_FROM:-path-x-bsf2} from=()
     mkdir -p /tmp/lra/campaigns
-    [ -d "/tmp/lra/campaigns/$name" ] || { [ -d "campaigns/$name" ] && cp -r "campaigns/$name" /tmp/lra/campaigns/; }
     if [ "$source" != none ]; then
         [ -d "/tmp/lra/campaigns/$source" ] || cp -r "campaigns/$source" /tmp/lra/campaigns/
         from=(--from "/tmp/lra/campaigns/$source")
     fi
-    # shellcheck disable=SC2086
-    detach "campaign-$name" campaign path-x --attn "${ATTN:-block_sparse_flash}" --state "/tmp/lra/campaigns/$name" \
-        "${from[@]}" --device "$DEVICE" --workers 15 --time-limit "$(session_left)s" ${SMALL:-} $FOLLOW
+    set -f  # a campaign's settings are words, never file patterns
+    while read -r name attn settings; do
+        [ -z "$name" ] || [ "${name:0:1}" = "#" ] || started "campaign-path-x-$name" && continue
+        state=/tmp/lra/campaigns/path-x-$name
+        [ -d "$state" ] || { [ -d "campaigns/path-x-$name" ] && cp -r "campaigns/path-x-$name" "$state"; }
+        # shellcheck disable=SC2086
+        detach "campaign-path-x-$name" campaign path-x --attn "${CAMPAIGN_ATTN:-$attn}" --state "$state" "${from[@]}" \
+            --device "$DEVICE" --workers 15 --time-limit "$(session_left)s" ${SMALL:-} $settings
+    done < "${CAMPAIGN_FILE:-scripts/path_x_campaigns.txt}"
+    set +f
 }
 
 case $PHASE in
@@ -246,8 +253,9 @@ for pid in "${PIDS[@]}"; do wait "$pid"; done
 [ "$DEVICE" = cpu ] || nvidia-smi --query-gpu=name --format=csv,noheader
 grep -H -E "record:|resume with|rror" "$LOGS"/*.log | tail -n 40
 # A call brings back at most 8 files of 16 MiB, 64 MiB in all: the archive comes back in 15 MiB parts
-# (back.tgz.part0, ...; take_back.sh joins them).
-tar -czf /tmp/lra/back.tgz --exclude='*.lock' -C /tmp/lra results logs $(cd /tmp/lra && ls -d campaigns 2> /dev/null)
+# (back.tgz.part0, ...; take_back.sh joins them). The campaigns' --from source is read, never written: it stays out.
+tar -czf /tmp/lra/back.tgz --exclude='*.lock' --exclude="campaigns/${CAMPAIGN_FROM:-path-x-bsf2}" -C /tmp/lra results logs \
+    $(cd /tmp/lra && ls -d campaigns 2> /dev/null)
 [ "$(stat -c %s /tmp/lra/back.tgz)" -le $((60 * 1024 * 1024)) ] || echo "WARNING: the archive is over 60 MiB" >&2
 split -b 15M -d -a 1 /tmp/lra/back.tgz "$OUT/back.tgz.part"
 ls -la "$OUT"
