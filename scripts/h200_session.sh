@@ -35,7 +35,9 @@
 #            CAMPAIGNS=0 skips them; with CAMPAIGN_FROM=none each is a chain of its own from Pathfinder-32, started
 #            before the pilots (with PILOTS=0, a session for the chains alone).
 #            BESIDE_SPEED="TASK ..." (first call): the draw on cores 4-15 (12 workers) while the `speed` phase's bench
-#            runs on cores 0-3 for those tasks, one after another while the draw lasts (the GPU is idle till then)
+#            runs on cores 0-3 for those tasks, one after another while the draw lasts (the GPU is idle till then).
+#            BESIDE_KERNEL=1 (first call): the same for the `kernel` phase's dropout run (SEQS=1k,16k keeps it to about
+#            the draw's time); the pilots and campaigns start once both have ended, so nothing shares the GPU with it
 #            Carry .device/data (Path-X's target pairs, 41 MiB: `lra data prepare path-x --preset curriculum
 #            --targets-only` with LRA_DATA=.device/data on any machine) and the draw takes ~3.5x less time
 # LIMIT_S  wall seconds this call may use (keep it 40 s under the call's timeout: the archive is written after)
@@ -117,12 +119,14 @@ path_x() {  # issue 36's pilots, then the campaigns (see the header)
     : "${CAMPAIGN_END:?set CAMPAIGN_END}"
     # shellcheck disable=SC2206
     local small=(${SMALL_DATA:-} ${SMALL:-}) name attn settings
-    if [ -n "${BESIDE_SPEED:-}" ] && ! started prep-path-x; then  # the draw on all cores but 4, issue 34's bench on those
+    # The draw on all cores but 4, a bench of the idle GPU on those (BESIDE_KERNEL, BESIDE_SPEED)
+    if [ -n "${BESIDE_SPEED:-}${BESIDE_KERNEL:-}" ] && ! started prep-path-x; then
         local cores draw_pin="" bench_pin=""; cores=$(nproc)
         if [ "$cores" -ge 8 ]; then draw_pin="taskset -c 4-$((cores - 1))" bench_pin="taskset -c 0-3"; fi
         PIN=$draw_pin detach prep-path-x data prepare path-x --preset curriculum --workers "${WORKERS:-$((cores - 4))}" \
             ${SMALL_DATA:-}
-        for task in $BESIDE_SPEED; do
+        [ -z "${BESIDE_KERNEL:-}" ] || PIN=$bench_pin DROPOUTS=0.1 kernel_table
+        for task in ${BESIDE_SPEED:-}; do
             alive prep-path-x && [ "$(left)" -gt 120 ] || break
             PIN=$bench_pin bench_speed "$task"
         done
@@ -150,6 +154,21 @@ bench_speed() {  # bench_speed TASK: issue 34's speed table for one task, every 
     # shellcheck disable=SC2086
     timeout "$(left)" ${PIN:-} python3 -m lra bench train "$1" --preset "$PRESET" --device "$DEVICE" --synthetic \
         --compile max --attn "naive,$BASELINES" > "$LOGS/bench-$1.log" 2>&1
+}
+
+kernel_table() {  # issue 33's table, one `lra bench attention` run per dropout value (DROPOUTS; PIN: cores)
+    # flash (and its one-pass backward) beside the SDPA kernels; with dropout also flash with the forward's registers
+    # capped (more programs per SM; docs/flash_kernel.md, v8)
+    local p caps
+    for p in ${DROPOUTS:-0.1 0}; do
+        caps=""
+        [ "$p" = 0 ] || caps=",flash@maxnreg=128"  # 2026-12-05, H100: the forward 7-10% faster, the backward's cap not
+        # shellcheck disable=SC2086
+        timeout "$(left)" ${PIN:-} python3 -m lra bench attention --device "$DEVICE" --dropout "$p" \
+            --seq "${SEQS:-1k,4k,16k}" --head-dim "${HEAD_DIMS:-8,16}" \
+            --attn "flash,flash@deterministic=false$caps,${PEERS:-sdpa_flash,sdpa_cudnn}" ${KERNEL_ARGS:-} \
+            > "$LOGS/kernel-p$p.log" 2>&1
+    done
 }
 
 session_left() { echo $((CAMPAIGN_END - ($(date +%s) - START))); }  # seconds to the session's end, now
@@ -188,15 +207,7 @@ baselines)
         --root /tmp/lra/sweeps --device "$DEVICE" --time-limit "$(($(left) - 30))s" > "$LOGS/sweep.log" 2>&1
     ;;
 kernel)
-    # issue 33's table in one run per dropout value: flash (and its one-pass backward) beside the SDPA kernels; with
-    # dropout also flash with the forward's registers capped (more programs per SM; docs/flash_kernel.md, v8)
-    for p in 0.1 0; do
-        caps=""
-        [ "$p" = 0 ] || caps=",flash@maxnreg=128"  # 2026-12-05, H100: the forward 7-10% faster, the backward's cap not
-        timeout "$(left)" python3 -m lra bench attention --device "$DEVICE" --dropout "$p" --seq "${SEQS:-1k,4k,16k}" \
-            --head-dim "${HEAD_DIMS:-8,16}" --attn "flash,flash@deterministic=false$caps,${PEERS:-sdpa_flash,sdpa_cudnn}" \
-            ${KERNEL_ARGS:-} > "$LOGS/kernel-p$p.log" 2>&1
-    done
+    kernel_table
     ;;
 listops-reruns)
     lra data prepare listops --preset "$PRESET" --workers 16 > "$LOGS/prep-listops.log" 2>&1
