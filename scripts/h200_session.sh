@@ -47,8 +47,10 @@
 # from it when they start.
 #
 # Dry runs on a CPU: PRESET=tiny DEVICE=cpu for listops-seeds and speed (listops-fly has no small form); for path-x,
-# DEVICE=cpu PILOT_ATTN=naive CAMPAIGN_ATTN=naive WORKERS=1 SMALL_DATA="--set data.num_train=32 --set data.num_val=16 --set
-# data.num_test=16 --set data.downsample=2" SMALL="--set train.batch_size=8" PILOT_STEPS=4, and OUT a scratch folder.
+# DEVICE=cpu PILOT_ATTN=naive CAMPAIGN_ATTN=naive WORKERS=1 SMALL_DATA="--set data.num_train=32 --set
+# data.num_val=16 --set data.num_test=16 --set data.downsample=2" SMALL="--set train.batch_size=8" PILOT_STEPS=4, and
+# OUT a scratch folder (the campaigns then stop at once: SMALL changes their stages' hashes, so --from finds none);
+# for kernel, also TRITON_INTERPRET=1 SEQS=128 HEAD_DIMS=8 PEERS=naive KERNEL_ARGS="--batch-tokens 256 --heads 1".
 #
 # Runs live in /tmp/lra (kept while the machine stays warm; the next call must come within 30 s). Everything comes
 # back as $OUT/back.tgz.part* (a call returns 8 files of at most 16 MiB): the records (results/), the logs and the
@@ -265,8 +267,8 @@ for pid in "${PIDS[@]}"; do wait "$pid"; done
 grep -H -E "record:|resume with|rror" "$LOGS"/*.log | tail -n 40
 # A call brings back at most 8 files of 16 MiB, 64 MiB in all: the archive comes back in 15 MiB parts
 # (back.tgz.part0, ...; take_back.sh joins them). The campaigns' --from source is read, never written: it stays out.
-tar -czf /tmp/lra/back.tgz --exclude='*.lock' --exclude="campaigns/${CAMPAIGN_FROM:-path-x-bsf2}" -C /tmp/lra results logs \
-    $(cd /tmp/lra && ls -d campaigns 2> /dev/null)
+tar -czf /tmp/lra/back.tgz --exclude='*.lock' --exclude="campaigns/${CAMPAIGN_FROM:-path-x-bsf2}" -C /tmp/lra \
+    results logs $(cd /tmp/lra && ls -d campaigns 2> /dev/null)
 [ "$(stat -c %s /tmp/lra/back.tgz)" -le $((60 * 1024 * 1024)) ] || echo "WARNING: the archive is over 60 MiB" >&2
 split -b 15M -d -a 1 /tmp/lra/back.tgz "$OUT/back.tgz.part"
 ls -la "$OUT"
