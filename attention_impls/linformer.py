@@ -21,10 +21,10 @@ k, seq_len), shared by all layers (a class attribute), initialised N(0, 0.02^2);
 heads (the paper's headwise sharing), initialised N(0, 1/seq_len) (LRA's lecun-normal; 0.022 at 2,048 tokens). The
 projections are N wide, so the backend is built for the model's full padded length `seq_len`
 (capabilities.fixed_seq_len); a shorter input uses the first N columns (the same as zero-padding it), a longer one is an
-error. E and F start as LRA's lecun-normal kernels, N(0, 1/seq_len). The FlashAttention authors' baseline code
-(HazyResearch/fly, src/models/attention/linformer_attention.py, which `--preset fly` follows) keeps E and F apart
-(share_kv False) and draws them N(0, 1/k), "the random projection interpretation": `share_kv: false, proj_init: k`,
-which starts the projected keys sqrt(N / k) times larger (4x at 2,000 tokens and k = 128).
+error. The FlashAttention authors' baseline code (HazyResearch/fly, src/models/attention/linformer_attention.py,
+which `--preset fly` follows) keeps E and F apart (share_kv False) and draws them N(0, 1/k), "the random projection
+interpretation": `share_kv: false, proj_init: k`, which starts the projected keys sqrt(N / k) times larger (4x at 2,000
+tokens and k = 128).
 
 Padding (an approximation, unlike softmax masking): padded keys and values are replaced by zeros before the projection
 (a selection, so even a NaN there never reaches the output). But the k projected rows are mixtures of tokens, not
