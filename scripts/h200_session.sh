@@ -78,9 +78,12 @@ mkdir -p "$LOGS" "$LRA_RESULTS" "$LRA_RUNS" /tmp/lra/pids "$LRA_DATA"
 # Target pairs drawn ahead on another machine (`LRA_DATA=.device/data lra data prepare path-x --preset curriculum
 # --targets-only`, carried as .device/data; Path-256's as .device/data256, in a call of its own: the two are over a
 # call's 64 MiB): the draws take them and skip the costly part of each image (tasks/_pathfinder/targets.py; Path-X's
-# draw 3.5x faster). Kept in $LRA_DATA while the machine stays warm.
+# draw 3.5x faster). Kept in $LRA_DATA while the machine stays warm. Once the tracked tree grew (the campaigns' state),
+# 41 MiB of pairs no longer fit beside it: carry them gzipped instead (`tar czf .device/data.tgz -C .device/data .`,
+# 24 MiB for Path-X's).
 for pairs in .device/data .device/data256; do
     if [ -d "$pairs" ]; then cp -rn "$pairs"/. "$LRA_DATA"/; fi
+    if [ -f "$pairs.tgz" ]; then tar xzf "$pairs.tgz" -C "$LRA_DATA" --skip-old-files; fi
 done
 left() { echo $((LIMIT - ($(date +%s) - START))); }
 lra() { python3 -m lra "$@"; }
