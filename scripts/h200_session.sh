@@ -123,26 +123,27 @@ listops_run() {  # listops_run NAME BACKEND SEED [--set ...]
     bg "$name" run listops --attn "$attn" --preset "$PRESET" --device "$DEVICE" --seed "$seed" --time-limit "$(left)s" "$@"
 }
 
-path_x() {  # issue 36's pilots, then the campaigns (see the header)
+path_x() {  # issue 36's pilots, then the campaigns (see the header); TARGET path-x or path-256
     : "${CAMPAIGN_END:?set CAMPAIGN_END}"
     # shellcheck disable=SC2206
     local small=(${SMALL_DATA:-} ${SMALL:-}) name attn settings
     # The draw on all cores but 4, a bench of the idle GPU on those (BESIDE_KERNEL, BESIDE_SPEED)
-    if [ -n "${BESIDE_SPEED:-}${BESIDE_KERNEL:-}" ] && ! started prep-path-x; then
+    if [ -n "${BESIDE_SPEED:-}${BESIDE_KERNEL:-}" ] && ! started "prep-$TARGET"; then
         local cores draw_pin="" bench_pin=""; cores=$(nproc)
         if [ "$cores" -ge 8 ]; then draw_pin="taskset -c 4-$((cores - 1))" bench_pin="taskset -c 0-3"; fi
-        PIN=$draw_pin detach prep-path-x data prepare path-x --preset curriculum --workers "${WORKERS:-$((cores - 4))}" \
+        PIN=$draw_pin detach "prep-$TARGET" data prepare "$TARGET" --preset curriculum --workers "${WORKERS:-$((cores - 4))}" \
             ${SMALL_DATA:-}
         [ -z "${BESIDE_KERNEL:-}" ] || PIN=$bench_pin DROPOUTS=0.1 kernel_table
         for task in ${BESIDE_SPEED:-}; do
-            alive prep-path-x && [ "$(left)" -gt 120 ] || break
+            alive "prep-$TARGET" && [ "$(left)" -gt 120 ] || break
             PIN=$bench_pin bench_speed "$task"
         done
     fi
-    started prep-path-x || detach prep-path-x data prepare path-x --preset curriculum --workers "${WORKERS:-16}" ${SMALL_DATA:-}
+    started "prep-$TARGET" || detach "prep-$TARGET" data prepare "$TARGET" --preset curriculum --workers "${WORKERS:-16}" \
+        ${SMALL_DATA:-}
     [ "${CAMPAIGN_FROM:-}" = none ] && campaigns  # a chain of its own draws its own data, stage by stage
-    wait_detached prep-path-x
-    if [ "${PILOTS:-1}" = 1 ] && grep -q prepared "$LOGS/prep-path-x.log"; then
+    wait_detached "prep-$TARGET"
+    if [ "$TARGET" = path-x ] && [ "${PILOTS:-1}" = 1 ] && grep -q prepared "$LOGS/prep-path-x.log"; then
         set -f  # a pilot's settings are words, never file patterns
         while read -r name attn settings; do
             [ -z "$name" ] || [ "${name:0:1}" = "#" ] || started "pilot-$name" && continue
@@ -183,7 +184,7 @@ kernel_table() {  # issue 33's table, one `lra bench attention` run per dropout 
 
 session_left() { echo $((CAMPAIGN_END - ($(date +%s) - START))); }  # seconds to the session's end, now
 
-campaigns() {  # start CAMPAIGN_FILE's campaigns, each as path-x-NAME (--from path-x-bsf2, or a chain of its own)
+campaigns() {  # start CAMPAIGN_FILE's campaigns, each as TARGET-NAME (--from path-x-bsf2, or a chain of its own)
     [ "${CAMPAIGNS:-1}" = 1 ] || return 0
     local name attn settings state source=${CAMPAIGN_FROM:-path-x-bsf2} from=()
     mkdir -p /tmp/lra/campaigns
@@ -193,13 +194,13 @@ campaigns() {  # start CAMPAIGN_FILE's campaigns, each as path-x-NAME (--from pa
     fi
     set -f  # a campaign's settings are words, never file patterns
     while read -r name attn settings; do
-        [ -z "$name" ] || [ "${name:0:1}" = "#" ] || started "campaign-path-x-$name" && continue
-        state=/tmp/lra/campaigns/path-x-$name
-        [ -d "$state" ] || { [ -d "campaigns/path-x-$name" ] && cp -r "campaigns/path-x-$name" "$state"; }
+        [ -z "$name" ] || [ "${name:0:1}" = "#" ] || started "campaign-$TARGET-$name" && continue
+        state=/tmp/lra/campaigns/$TARGET-$name
+        [ -d "$state" ] || { [ -d "campaigns/$TARGET-$name" ] && cp -r "campaigns/$TARGET-$name" "$state"; }
         # shellcheck disable=SC2086
-        detach "campaign-path-x-$name" campaign path-x --attn "${CAMPAIGN_ATTN:-$attn}" --state "$state" "${from[@]}" \
+        detach "campaign-$TARGET-$name" campaign "$TARGET" --attn "${CAMPAIGN_ATTN:-$attn}" --state "$state" "${from[@]}" \
             --device "$DEVICE" --workers 15 --time-limit "$(session_left)s" ${SMALL:-} $settings
-    done < "${CAMPAIGN_FILE:-scripts/path_x_campaigns.txt}"
+    done < "${CAMPAIGN_FILE:-scripts/${TARGET//-/_}_campaigns.txt}"
     set +f
 }
 
@@ -261,11 +262,12 @@ speed)
         --compile max --attn linformer,nystrom --set attention.nystrom.conv_kernel_size=null \
         > "$LOGS/bench-listops-nystrom-noconv.log" 2>&1
     ;;
-path-x)
-    path_x
+path-x | path-256)
+    TARGET=$PHASE path_x
     ;;
 *)
-    echo "unknown phase $PHASE (baselines, kernel, listops-reruns, listops-seeds, listops-fly, speed, path-x)" >&2
+    echo "unknown phase $PHASE (baselines, kernel, listops-reruns, listops-seeds, listops-fly, speed, path-x," \
+        "path-256)" >&2
     exit 2
     ;;
 esac
