@@ -23,7 +23,7 @@
 #            at 0.1 also flash with the forward's registers capped (maxnreg 128), alone and with the one-pass backward
 #        speed: issue 34's speed table: `lra bench train --preset fa-paper --compile max --synthetic`, every baseline
 #            beside compiled naive, task by task while time is left (nystrom once more without its convolution)
-#        path-x: issue 36, the same command on every call of a session (docs/path_x_campaign.md, "Round 5 (next)"):
+#        path-x: issue 36, the same command on every call of a session (docs/path_x_campaign.md, "Round 6 (next)"):
 #            Path-X's data drawn detached on 16 cores (once), then the pilots of PILOT_FILE (default
 #            scripts/path_x_pilots.txt: one `NAME BACKEND [--set ...]` a line) side by side, each `lra run path-x
 #            --preset curriculum` for PILOT_STEPS (2,496) steps from path-x-bsf2's Path-64 stage. PILOTS=0 skips them.
@@ -38,8 +38,12 @@
 #            runs on cores 0-3 for those tasks, one after another while the draw lasts (the GPU is idle till then).
 #            BESIDE_KERNEL=1 (first call): the same for the `kernel` phase's dropout run (SEQS=1k,16k keeps it to about
 #            the draw's time); the pilots and campaigns start once both have ended, so nothing shares the GPU with it
-#            Carry .device/data (Path-X's target pairs, 41 MiB: `lra data prepare path-x --preset curriculum
-#            --targets-only` with LRA_DATA=.device/data on any machine) and the draw takes ~3.5x less time
+#            Carry .device/data.tgz (Path-X's target pairs, 24 MiB gzipped: `lra data prepare path-x --preset
+#            curriculum --targets-only` with LRA_DATA=.device/data on any machine, then `tar czf .device/data.tgz -C
+#            .device/data .`) and the draw takes ~3.5x less time; chains of their own (CAMPAIGN_FROM=none) also
+#            .device/data64.tgz (Path-64's, the same way)
+#        path-256: the same for Path-256 (issue 36's second target): its draw, then the campaigns of
+#            scripts/path_256_campaigns.txt as campaigns/path-256-NAME (no pilots); carry .device/data256.tgz
 # LIMIT_S  wall seconds this call may use (keep it 40 s under the call's timeout: the archive is written after)
 # COMMIT   the commit being run (the copied .git is stale): goes into every record
 # CAMPAIGN_END (path-x): seconds from this call's start to the session's end, less ~100 s for the last archive: the
@@ -76,12 +80,11 @@ if [ -n "$(find /tmp/lra/pids /tmp/lra/logs -maxdepth 1 -type f -mmin +60 2> /de
 fi
 mkdir -p "$LOGS" "$LRA_RESULTS" "$LRA_RUNS" /tmp/lra/pids "$LRA_DATA"
 # Target pairs drawn ahead on another machine (`LRA_DATA=.device/data lra data prepare path-x --preset curriculum
-# --targets-only`, carried as .device/data; Path-256's as .device/data256, in a call of its own: the two are over a
-# call's 64 MiB): the draws take them and skip the costly part of each image (tasks/_pathfinder/targets.py; Path-X's
-# draw 3.5x faster). Kept in $LRA_DATA while the machine stays warm. Once the tracked tree grew (the campaigns' state),
-# 41 MiB of pairs no longer fit beside it: carry them gzipped instead (`tar czf .device/data.tgz -C .device/data .`,
-# 24 MiB for Path-X's).
-for pairs in .device/data .device/data256; do
+# --targets-only`; Path-64's in .device/data64, Path-256's in .device/data256): the draws take them and skip the costly
+# part of each image (tasks/_pathfinder/targets.py; Path-X's draw 3.5x faster). Kept in $LRA_DATA while the machine
+# stays warm. A call carries 64 MiB with the tracked tree (36 MiB with four campaigns' state): carry them gzipped
+# (`tar czf .device/data.tgz -C .device/data .`: 24 MiB for Path-X's, 25 for Path-256's), a folder or its .tgz.
+for pairs in .device/data .device/data64 .device/data256; do
     if [ -d "$pairs" ]; then cp -rn "$pairs"/. "$LRA_DATA"/; fi
     if [ -f "$pairs.tgz" ]; then tar xzf "$pairs.tgz" -C "$LRA_DATA" --skip-old-files; fi
 done

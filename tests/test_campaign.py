@@ -204,3 +204,18 @@ def test_a_stage_draw_that_outlasts_its_estimate_is_stopped_at_the_time_limit(tm
     assert not build_task("pathfinder", data_dir=str(tmp_path / "data"), **data).info()["ready"]
     assert not (tmp_path / "state" / "pathfinder").exists()
     assert "not drawn in the time left" in capsys.readouterr().err
+
+
+def test_a_finished_stage_that_the_preset_now_trains_otherwise_is_refused_and_nothing_is_touched(tmp_path, monkeypatch):
+    one_stage = dict(target="pathfinder", overrides=[s for s in SETS if not s.startswith("path-64:")])
+    run_campaign(options(tmp_path, **one_stage))
+    state = tmp_path / "state"
+    before = {p: p.read_bytes() for p in state.rglob("*") if p.is_file() and p.suffix not in IGNORED}
+
+    def edited_preset(target, **kw):  # what a changed preset does: same options, another stage config
+        return plan_stages(target, **{**kw, "overrides": [*kw["overrides"], "pathfinder:train.lr=0.0123"]})
+
+    monkeypatch.setattr(drive, "plan_stages", edited_preset)
+    with pytest.raises(RunSetupError, match=r"stage 1 pathfinder finished with other settings \(config hash \w+, now"):
+        run_campaign(options(tmp_path, **one_stage))
+    assert {p: p.read_bytes() for p in state.rglob("*") if p.is_file() and p.suffix not in IGNORED} == before

@@ -86,6 +86,26 @@ class CampaignOptions:
                 "overrides": list(self.overrides)}  # fmt: skip
 
 
+def trained_hash(run: RunDir) -> str | None:
+    """The config hash a stage's run folder was trained with (its config.json), None where it has none."""
+    try:
+        return json.loads((run.path / CONFIG).read_text(encoding="utf-8")).get("config_hash")
+    except (OSError, ValueError):
+        return None
+
+
+def check_trained_as_planned(run: RunDir, stage: Stage, state: Path) -> None:
+    """Refuse a finished stage that today's plan would train otherwise (the preset or a --set changed since it ran):
+    the stages after it would build on a model this recipe never trained."""
+    then, now = trained_hash(run), config_hash(stage.config)
+    if run.finished and then is not None and then != now:
+        raise RunSetupError(
+            f"{run.path}: stage {stage.index} {stage.task} finished with other settings (config hash {then}, now "
+            f"{now}: the preset or a --set changed since it ran); give a new --state, with --from {state} to take "
+            "the stages that still match"
+        )
+
+
 @contextlib.contextmanager
 def owned(state: Path) -> Iterator[None]:
     """Hold the state folder's lock for the block: one session at a time."""
@@ -113,6 +133,8 @@ def run_campaign(opts: CampaignOptions, budget: TimeBudget | None = None) -> dic
             if opts.from_state is not None:
                 inherit(ledger, stages, state, opts.from_state)
         check_identity(ledger, opts.identity(), state)
+        for stage in stages:
+            check_trained_as_planned(RunDir(state / stage.task), stage, state)
         return Session(opts, stages, ledger, budget).run()
 
 

@@ -78,9 +78,12 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 
 def show_plan(opts) -> int:
     """The stages, their lengths and where each stands in the state folder."""
+    from lra.campaign.drive import trained_hash
     from lra.campaign.ledger import read_ledger
     from lra.campaign.plan import plan_stages
     from lra.core.progress import out
+    from lra.train.config import config_hash
+    from lra.train.rundir import RunDir
 
     stages = plan_stages(
         opts.target, attn=opts.attn, preset=opts.preset, seed=opts.seed, overrides=list(opts.overrides)
@@ -89,6 +92,9 @@ def show_plan(opts) -> int:
     for s in stages:
         entry = (ledger or {}).get("stages", {}).get(s.task, {})
         status = entry.get("status", "pending")
+        then = trained_hash(RunDir(opts.state / s.task))
+        if then is not None and then != config_hash(s.config):
+            status += f" with other settings (config hash {then}, now {config_hash(s.config)}: a new --state)"
         steps = f"{entry.get('steps', 0)}/{s.steps} steps"
         start = f"from {s.init_from}" if s.init_from else "from scratch"
         out.print(f"{s.index}. {s.task} ({start}): {status}, {steps}", highlight=False)
