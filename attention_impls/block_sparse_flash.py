@@ -123,9 +123,9 @@ class BlockSparseFlash(FlashAttention):
         """The layout expanded to tokens: bool (heads or 1, seq_q, seq_k)."""
         return layout_token_mask(self.layout(seq_q, seq_k), self.block, seq_q, seq_k)
 
-    def tiles(self, dtype: torch.dtype, device_type: str):
+    def tiles(self, dtype: torch.dtype, device_type: str, *, dropout: bool = False):
         """Flash's tiles clamped to the layout block (the kernel's tiles must divide it)."""
-        t = super().tiles(dtype, device_type)
+        t = super().tiles(dtype, device_type, dropout=dropout)
         return replace(
             t, **{f: min(getattr(t, f), self.block) for f in ("block_m", "block_n", "bwd_block_m", "bwd_block_n")}
         )

@@ -76,8 +76,8 @@ class FlashAttention(AttentionBackend):
 
     Options: `scale`; tile sizes `block_m`, `block_n`, `num_warps`, `num_stages` (forward) and `bwd_block_m`,
     `bwd_block_n`, `bwd_num_warps`, `bwd_num_stages` (backward), each None for the tuned default of the head dim;
-    `maxnreg`, `bwd_maxnreg` (registers a thread may use in the forward and the backward kernels; None: the
-    compiler's choice);
+    `maxnreg`, `bwd_maxnreg` (registers a thread may use in the forward and the backward kernels; 0: the compiler's
+    choice; None: the default, the compiler's choice except the forward's 128 under dropout at head dim 8);
     `allow_tf32` (fp32 inputs: tf32 dots instead of full-precision ones); `deterministic` (default True: the two-pass
     backward, bitwise reproducible; False: the one-pass backward with dQ by fp32 atomics, whose last bits vary);
     `compact_padding` (default False: right-padded masks only; True: any mask, by gathering real tokens first, at the
@@ -133,9 +133,10 @@ class FlashAttention(AttentionBackend):
             raise ValueError(f"compact_padding must be true or false, got {compact_padding!r}")
         self.compact_padding = compact_padding
 
-    def tiles(self, dtype: torch.dtype, device_type: str) -> Tiles:
-        """The tiles used for inputs of `dtype` on `device_type`: the tuned defaults with the options applied."""
-        return default_tiles(self.head_dim, dtype, device_type).with_options(**self.tile_options)
+    def tiles(self, dtype: torch.dtype, device_type: str, *, dropout: bool = False) -> Tiles:
+        """The tiles used for inputs of `dtype` on `device_type` (drawing `dropout` or not): the tuned defaults with
+        the options applied."""
+        return default_tiles(self.head_dim, dtype, device_type, dropout=dropout).with_options(**self.tile_options)
 
     def tile_shape(self, dtype: torch.dtype, device_type: str) -> tuple[int, int]:
         t = self.tiles(dtype, device_type)
@@ -166,7 +167,7 @@ class FlashAttention(AttentionBackend):
             scale=self.scale,
             dropout_p=p,
             seed=draw_rng_state(q.device) if p > 0 else None,
-            tiles=self.tiles(q.dtype, q.device.type),
+            tiles=self.tiles(q.dtype, q.device.type, dropout=p > 0),
             lists=self._lists(q, k),
             allow_tf32=self.allow_tf32,
             deterministic=self.deterministic,

@@ -20,7 +20,8 @@
 #            archive, not all of .device: with .device/data it is over a call's 64 MiB)
 #        kernel: issue 33's table, `lra bench attention` of flash, flash@deterministic=false and the SDPA peers at
 #            head dims 8 and 16 (HEAD_DIMS), 1K-16K tokens (SEQS), dropout 0.1 then 0, bf16, 131,072 tokens a batch;
-#            at 0.1 also flash with the forward's registers capped (maxnreg 128), alone and with the one-pass backward
+#            at 0.1 also flash with the forward's registers left to the compiler (maxnreg=0; the default caps them at
+#            head dim 8 under dropout)
 #        speed: issue 34's speed table: `lra bench train --preset fa-paper --compile max --synthetic`, every baseline
 #            beside compiled naive, task by task while time is left (nystrom once more without its convolution)
 #        path-x: issue 36, the same command on every call of a session (docs/path_x_campaign.md, "Round 6 (next)"):
@@ -170,13 +171,12 @@ bench_speed() {  # bench_speed TASK: issue 34's speed table for one task, every 
 
 kernel_table() {  # issue 33's table, one `lra bench attention` run per dropout value (DROPOUTS; PIN: cores)
     # flash (and its one-pass backward) beside the SDPA kernels; with dropout also flash with the forward's registers
-    # capped (more programs per SM; docs/flash_kernel.md, v8)
+    # left to the compiler (maxnreg=0): the default caps them at 128 under dropout at head dim 8 since two H100 runs
+    # (docs/flash_kernel.md, v8), and this keeps the uncapped kernel measured beside it
     local p caps
     for p in ${DROPOUTS:-0.1 0}; do
         caps=""
-        # 2026-12-05, H100: the forward 7-10% faster under the cap, the backward's cap not; with the one-pass
-        # backward (3-5% faster on the H200 in v5, 8% slower on that H100) too
-        [ "$p" = 0 ] || caps=",flash@maxnreg=128,flash@maxnreg=128@deterministic=false"
+        [ "$p" = 0 ] || caps=",flash@maxnreg=0"
         # shellcheck disable=SC2086
         timeout "$(left)" ${PIN:-} python3 -m lra bench attention --device "$DEVICE" --dropout "$p" \
             --seq "${SEQS:-1k,4k,16k}" --head-dim "${HEAD_DIMS:-8,16}" \

@@ -242,6 +242,32 @@ def test_register_caps_reach_every_launch_and_change_nothing_computed(monkeypatc
             Tiles(maxnreg=bad)
 
 
+def test_the_forward_is_capped_at_128_registers_by_default_under_dropout_at_head_dim_8_only(monkeypatch):
+    """The v8 default (docs/flash_kernel.md): measured faster at head dim 8 with dropout only, so only there."""
+    import attention_impls.flash as flash_module  # noqa: PLC0415 (the module whose default lookup is watched)
+
+    bf16 = torch.bfloat16
+    cases = [(8, True, bf16, 128), (8, True, torch.float16, 128), (8, False, bf16, 0), (16, True, bf16, 0),
+             (8, True, torch.float32, 0), (64, True, bf16, 0)]  # fmt: skip
+    for name in ("flash", "block_sparse_flash"):
+        for head_dim, dropout, dtype, cap in cases:
+            tiles = build_attention(name, heads=2, head_dim=head_dim, seq_len=256).tiles(dtype, "cuda", dropout=dropout)
+            assert (tiles.maxnreg, tiles.bwd_maxnreg) == (cap, 0), (name, head_dim, dropout, dtype)
+        chosen = build_attention(name, heads=2, head_dim=8, seq_len=256, options={"maxnreg": 0, "bwd_maxnreg": 96})
+        assert chosen.tiles(bf16, "cuda", dropout=True).values()[-2:] == [0, 96]  # an option wins over the default
+        assert build_attention(name, heads=2, head_dim=8, seq_len=256).tiles(bf16, "cpu", dropout=True).maxnreg == 0
+
+    asked = []
+    lookup = flash_module.default_tiles
+    monkeypatch.setattr(flash_module, "default_tiles", lambda *a, **kw: asked.append(kw["dropout"]) or lookup(*a, **kw))
+    attn = build_attention("flash", heads=2, head_dim=8, seq_len=40, dropout=0.2)
+    q = torch.randn(1, 2, 40, 8, generator=_gen("cap-default"))
+    attn(q, q, q)
+    attn.eval()
+    attn(q, q, q)
+    assert asked == [True, False]  # training draws dropout, evaluation does not
+
+
 def test_bad_inputs_are_clear_errors():
     q = torch.randn(1, 1, 8, 16)
     with pytest.raises(ValueError, match="share one dtype"):
