@@ -34,7 +34,7 @@
 #            stages it shares: a campaign's config hash leaves the backend out, so a line must change the Path-X
 #            stage, e.g. --set path-x:train.steps=6240), detached, until CAMPAIGN_END; every call waits for them.
 #            CAMPAIGNS=0 skips them; with CAMPAIGN_FROM=none each is a chain of its own from Pathfinder-32, started
-#            before the pilots (with PILOTS=0, a session for the chains alone).
+#            before the pilots (with PILOTS=0, a session for the chains alone; DRAW=0 leaves the target's own draw out).
 #            BESIDE_SPEED="TASK ..." (first call): the draw on cores 4-15 (12 workers) while the `speed` phase's bench
 #            runs on cores 0-3 for those tasks, one after another while the draw lasts (the GPU is idle till then).
 #            BESIDE_KERNEL=1 (first call): the same for the `kernel` phase's dropout run (SEQS=1k,16k keeps it to about
@@ -143,8 +143,9 @@ path_x() {  # issue 36's pilots, then the campaigns (see the header); TARGET pat
             PIN=$bench_pin bench_speed "$task"
         done
     fi
-    started "prep-$TARGET" || detach "prep-$TARGET" data prepare "$TARGET" --preset curriculum --workers "${WORKERS:-16}" \
-        ${SMALL_DATA:-}
+    # DRAW=0: no draw of the target's data here (chains of their own that will not reach it this session)
+    [ "${DRAW:-1}" = 0 ] || started "prep-$TARGET" || detach "prep-$TARGET" data prepare "$TARGET" --preset curriculum \
+        --workers "${WORKERS:-16}" ${SMALL_DATA:-}
     [ "${CAMPAIGN_FROM:-}" = none ] && campaigns  # a chain of its own draws its own data, stage by stage
     wait_detached "prep-$TARGET"
     if [ "$TARGET" = path-x ] && [ "${PILOTS:-1}" = 1 ] && grep -q prepared "$LOGS/prep-path-x.log"; then
