@@ -139,7 +139,14 @@ def test_a_campaign_stops_on_time_resumes_and_moves_on_with_positions_upsampled(
     with pytest.raises(RunSetupError, match="started with other options: attn 'naive'"):
         run_campaign(options(tmp_path, attn="flash"))
 
-    # `--from`: a new campaign takes the finished stages it shares, with what they cost.
+    # `--from`: a new campaign takes the finished stages it shares, with what they cost; its dry run says so first
+    # and writes nothing.
+    capsys.readouterr()
+    assert main([*argv[:5], str(tmp_path / "other"), *argv[6:], "--from", str(state), "--dry-run",
+                 *[w for s in SETS for w in ("--set", s)]]) == 0  # fmt: skip
+    said = " ".join("".join(capsys.readouterr()).split())
+    assert said.count(f"done in {state} (taken from there at the start), 12/12 steps") == 2
+    assert not (tmp_path / "other").exists()
     other = run_campaign(options(tmp_path, state=tmp_path / "other", from_state=state))
     assert all(other["stages"][t]["inherited_from"] == str(state) for t in ("pathfinder", "path-64"))
     assert other["totals"]["device_s"] >= ledger["stages"]["pathfinder"]["device_s"] + stages["path-64"]["device_s"]

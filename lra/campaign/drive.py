@@ -423,9 +423,9 @@ class Session:
         )
 
 
-def inherit(ledger: dict[str, Any], stages: list[Stage], state: Path, source: Path) -> None:
-    """Start a new campaign from another one's finished stages (`--from`): each leading stage that the other
-    campaign finished with the same config is copied (its small files) with the device seconds it cost there."""
+def shared_stages(stages: list[Stage], source: Path) -> tuple[dict[str, Any], list[Stage]]:
+    """The campaign in `source` (its ledger) and the leading stages of `stages` it finished with the same config:
+    what `--from source` takes."""
     other = read_ledger(source)
     if other is None:
         raise RunSetupError(f"--from {source}: no campaign there ({source / 'campaign.json'} is missing)")
@@ -434,6 +434,17 @@ def inherit(ledger: dict[str, Any], stages: list[Stage], state: Path, source: Pa
         theirs = RunDir(source / stage.task)
         if not theirs.finished or other["stages"].get(stage.task, {}).get("config_hash") != config_hash(stage.config):
             break
+        shared.append(stage)
+    return other, shared
+
+
+def inherit(ledger: dict[str, Any], stages: list[Stage], state: Path, source: Path) -> None:
+    """Start a new campaign from another one's finished stages (`--from`): each leading stage that the other
+    campaign finished with the same config is copied (its small files) with the device seconds it cost there."""
+    other, stages = shared_stages(stages, source)
+    shared = []
+    for stage in stages:
+        theirs = RunDir(source / stage.task)
         (state / stage.task).mkdir(parents=True, exist_ok=True)
         for name in KEPT:
             if (theirs.path / name).is_file():

@@ -78,7 +78,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 
 def show_plan(opts) -> int:
     """The stages, their lengths and where each stands in the state folder."""
-    from lra.campaign.drive import trained_hash
+    from lra.campaign.drive import shared_stages, trained_hash
     from lra.campaign.ledger import read_ledger
     from lra.campaign.plan import plan_stages
     from lra.core.progress import out
@@ -89,9 +89,15 @@ def show_plan(opts) -> int:
         opts.target, attn=opts.attn, preset=opts.preset, seed=opts.seed, overrides=list(opts.overrides)
     )
     ledger = read_ledger(opts.state) if opts.state.is_dir() else None
+    taken = {}  # a new state's stages that --from would take: what they are there
+    if ledger is None and opts.from_state is not None:
+        other, shared = shared_stages(stages, opts.from_state)
+        taken = {s.task: other["stages"][s.task] for s in shared}
     for s in stages:
-        entry = (ledger or {}).get("stages", {}).get(s.task, {})
+        entry = (ledger or {}).get("stages", {}).get(s.task) or taken.get(s.task, {})
         status = entry.get("status", "pending")
+        if s.task in taken:
+            status += f" in {opts.from_state} (taken from there at the start)"
         then = trained_hash(RunDir(opts.state / s.task))
         if then is not None and then != config_hash(s.config):
             status += f" with other settings (config hash {then}, now {config_hash(s.config)}: a new --state)"
