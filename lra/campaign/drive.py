@@ -86,23 +86,26 @@ class CampaignOptions:
                 "overrides": list(self.overrides)}  # fmt: skip
 
 
-def trained_hash(run: RunDir) -> str | None:
-    """The config hash a stage's run folder was trained with (its config.json), None where it has none."""
+def changed_hash(run: RunDir, stage: Stage) -> tuple[str, str] | None:
+    """(then, now): the config hash the stage's run folder was trained with (its config.json) and the one today's
+    plan gives, where they differ; None where they agree or the folder has no config.json."""
     try:
-        return json.loads((run.path / CONFIG).read_text(encoding="utf-8")).get("config_hash")
+        then = json.loads((run.path / CONFIG).read_text(encoding="utf-8")).get("config_hash")
     except (OSError, ValueError):
         return None
+    now = config_hash(stage.config)
+    return None if then is None or then == now else (then, now)
 
 
 def check_trained_as_planned(run: RunDir, stage: Stage, state: Path) -> None:
     """Refuse a finished stage that today's plan would train otherwise (the preset or a --set changed since it ran):
     the stages after it would build on a model this recipe never trained."""
-    then, now = trained_hash(run), config_hash(stage.config)
-    if run.finished and then is not None and then != now:
+    changed = changed_hash(run, stage) if run.finished else None
+    if changed is not None:
         raise RunSetupError(
-            f"{run.path}: stage {stage.index} {stage.task} finished with other settings (config hash {then}, now "
-            f"{now}: the preset or a --set changed since it ran); give a new --state, with --from {state} to take "
-            "the stages that still match"
+            f"{run.path}: stage {stage.index} {stage.task} finished with other settings (config hash {changed[0]}, "
+            f"now {changed[1]}: the preset or a --set changed since it ran); give a new --state, with --from {state} "
+            "to take the stages that still match"
         )
 
 
@@ -441,9 +444,10 @@ def shared_stages(stages: list[Stage], source: Path) -> tuple[dict[str, Any], li
 def inherit(ledger: dict[str, Any], stages: list[Stage], state: Path, source: Path) -> None:
     """Start a new campaign from another one's finished stages (`--from`): each leading stage that the other
     campaign finished with the same config is copied (its small files) with the device seconds it cost there."""
-    other, stages = shared_stages(stages, source)
-    shared = []
-    for stage in stages:
+    other, shared = shared_stages(stages, source)
+    if not shared:
+        raise RunSetupError(f"--from {source}: it has no finished stage this campaign shares (same task and config)")
+    for stage in shared:
         theirs = RunDir(source / stage.task)
         (state / stage.task).mkdir(parents=True, exist_ok=True)
         for name in KEPT:
@@ -452,7 +456,4 @@ def inherit(ledger: dict[str, Any], stages: list[Stage], state: Path, source: Pa
         entry = {k: v for k, v in other["stages"][stage.task].items() if k not in ("index", "device_s", "train_s")}
         ledger["stages"][stage.task] |= entry | {"inherited_from": str(source)}
         ledger["stages"][stage.task]["inherited_device_s"] = other["stages"][stage.task].get("device_s", 0.0)
-        shared.append(stage.task)
-    if not shared:
-        raise RunSetupError(f"--from {source}: it has no finished stage this campaign shares (same task and config)")
-    console.print(f"campaign: {', '.join(shared)} from {source}", highlight=False)
+    console.print(f"campaign: {', '.join(s.task for s in shared)} from {source}", highlight=False)

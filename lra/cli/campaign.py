@@ -78,11 +78,10 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 
 def show_plan(opts) -> int:
     """The stages, their lengths and where each stands in the state folder."""
-    from lra.campaign.drive import shared_stages, trained_hash
+    from lra.campaign.drive import changed_hash, shared_stages
     from lra.campaign.ledger import read_ledger
     from lra.campaign.plan import plan_stages
     from lra.core.progress import out
-    from lra.train.config import config_hash
     from lra.train.rundir import RunDir
 
     stages = plan_stages(
@@ -98,9 +97,9 @@ def show_plan(opts) -> int:
         status = entry.get("status", "pending")
         if s.task in taken:
             status += f" in {opts.from_state} (taken from there at the start)"
-        then = trained_hash(RunDir(opts.state / s.task))
-        if then is not None and then != config_hash(s.config):
-            status += f" with other settings (config hash {then}, now {config_hash(s.config)}: a new --state)"
+        changed = changed_hash(RunDir(opts.state / s.task), s)
+        if changed is not None:
+            status += f" with other settings (config hash {changed[0]}, now {changed[1]}: a new --state)"
         steps = f"{entry.get('steps', 0)}/{s.steps} steps"
         start = f"from {s.init_from}" if s.init_from else "from scratch"
         out.print(f"{s.index}. {s.task} ({start}): {status}, {steps}", highlight=False)
