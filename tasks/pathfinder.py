@@ -146,19 +146,23 @@ class PathfinderTask(Task):
             src = release.find_release(self.source, self.resolution, self.difficulty)
             self._import_release(src, source_fingerprint(str(src)), workers)
             return
-        missing = {s: n for s, n in self.counts.items() if n > 0 and self.store.covering(s, n) is None}
-        if missing:
-            self._generate(missing, workers)
+        with self.store.drawing():  # another process drawing these images: wait, then take what it drew
+            missing = {s: n for s, n in self.counts.items() if n > 0 and self.store.covering(s, n) is None}
+            if missing:
+                self._generate(missing, workers)
 
     def prepare_targets(self, workers: int = 1) -> None:
         """Draw every split's target pairs into targets caches (missing ones only): the costly part of the images,
         small enough to carry to a machine that then draws the images quickly (tasks/_pathfinder/targets.py)."""
         if self.source is not None:
             raise ConfigError(f"{self.name} reads LRA's release ({self.source}): it has no target pairs to draw")
-        missing = {s: n for s, n in self.counts.items() if n > 0 and self.store.covering(s, n, targets=True) is None}
-        if missing:
-            what = " + ".join(f"{n} {split}" for split, n in missing.items())
-            self.store.generate_targets(missing, workers, description=f"drawing {self.name}'s target pairs ({what})")
+        with self.store.drawing():
+            covered = {s for s, n in self.counts.items() if self.store.covering(s, n, targets=True) is not None}
+            missing = {s: n for s, n in self.counts.items() if n > 0 and s not in covered}
+            if missing:
+                what = " + ".join(f"{n} {split}" for split, n in missing.items())
+                description = f"drawing {self.name}'s target pairs ({what})"
+                self.store.generate_targets(missing, workers, description=description)
 
     def _release_split(self, split: str) -> tuple[np.ndarray, np.ndarray]:
         cache = self._checked_release()

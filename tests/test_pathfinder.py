@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -12,11 +14,13 @@ import pytest
 import yaml
 from PIL import Image
 
+from lra.core import locks
 from lra.core.errors import DataCorruptError, DataMissingError, RunSetupError
 from lra.train.config import config_hash, load_config
 from lra.train.gate import gate
 from tasks import build_task
 from tasks._pathfinder import draw as D
+from tasks._pathfinder import store as store_module
 from tasks._pathfinder.release import read_grey
 from tasks._pathfinder.settings import SPECS
 from tasks.base import INFO_FIELDS
@@ -99,6 +103,32 @@ def test_cache_lazy_and_tokens_agree(tmp_path):
     pooled = build_task("pathfinder", data_dir=tmp_path, num_train=12, seed=2, downsample=2).load("train")
     img = first.image.astype(float).reshape(16, 2, 16, 2).mean(axis=(1, 3))
     assert np.array_equal(pooled.tokens[0], np.rint(img).ravel().astype(np.int64) + 1)
+
+
+@pytest.mark.parametrize("first_finishes", [True, False])
+def test_a_draw_waits_for_another_of_the_same_images_then_takes_them(tmp_path, monkeypatch, first_finishes):
+    """Two processes that need the same images (campaigns side by side, a draw and a prefetch) draw them once: the
+    second waits on the draw lock, says for whom, and takes the first's images; if the first dies without them, the
+    second draws them itself."""
+    task = build_task("pathfinder", data_dir=tmp_path, num_train=12, num_val=4, num_test=4, seed=2)
+    held = locks.try_lock(task.store.path.with_name(task.store.path.name + ".lock"), "the first draw")
+    said, drawn, told = [], [], threading.Event()
+    monkeypatch.setattr(store_module.console, "print", lambda text: (said.append(text), told.set()))
+    monkeypatch.setattr(task, "_generate", lambda missing, workers: drawn.append(missing))
+    second = threading.Thread(target=task.prepare)
+    second.start()
+    assert told.wait(30) and "waiting for the first draw (pid" in said[0]
+    second.join(0.3)
+    assert second.is_alive() and not drawn  # still waiting
+    if first_finishes:
+        task.store.generate({"train": 12, "val": 4, "test": 4}, workers=1)  # as the first process does, lock held
+    os.close(held)  # the first ends (a killed process's lock goes the same way)
+    second.join(30)
+    assert not second.is_alive()
+    assert drawn == ([] if first_finishes else [{"train": 12, "val": 4, "test": 4}])
+    if first_finishes:
+        want = np.stack([D.draw(32, 14, "test", i, seed=2).image.ravel() for i in range(4)]).astype(np.int64) + 1
+        assert np.array_equal(np.asarray(task.load("test").tokens), want)
 
 
 def test_black_padding_feeds_the_raw_levels_of_the_same_cache(tmp_path):

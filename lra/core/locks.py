@@ -7,11 +7,13 @@ keeps the lock as long as it lives (the sweep does this with each `lra run` it s
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import socket
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -26,11 +28,16 @@ def try_lock(path: str | os.PathLike[str], what: str) -> int | None:
     except BlockingIOError:
         os.close(fd)
         return None
+    _name_holder(fd, what)
+    return fd
+
+
+def _name_holder(fd: int, what: str) -> None:
+    """Write this process into the lock file `fd` holds, as its holder."""
     since = time.strftime("%Y-%m-%d %H:%M:%S")
     holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": since, "what": what}
     os.ftruncate(fd, 0)
     os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
-    return fd
 
 
 def holder(path: str | os.PathLike[str]) -> str:
@@ -56,3 +63,21 @@ def is_locked(path: str | os.PathLike[str]) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+@contextlib.contextmanager
+def waiting(path: str | os.PathLike[str], what: str, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold an exclusive flock on `path` for the block; while another process holds it, wait (`on_wait` is told
+    once who holds it, in `holder`'s words). For work that two processes would otherwise both do, such as drawing
+    the same data: the second waits for the first and then finds it done."""
+    fd = try_lock(path, what)
+    if fd is None:
+        if on_wait is not None:
+            on_wait(holder(path))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # blocks; a signal that ends this process ends the wait
+        _name_holder(fd, what)
+    try:
+        yield
+    finally:
+        os.close(fd)

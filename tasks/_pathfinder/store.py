@@ -20,9 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
+from lra.core import locks
 from lra.core.numbers import ceil_div
 from lra.core.pools import run_jobs
-from lra.core.progress import make_progress
+from lra.core.progress import console, make_progress
 from tasks._cache import TaskCache
 from tasks._pathfinder.draw import GENERATOR_VERSION, draw, draw_images, labels_for
 from tasks._pathfinder.targets import draw_from_targets, draw_targets, fields, images_from_targets
@@ -77,6 +78,18 @@ class GeneratedStore:
     @property
     def path(self) -> Path:
         return self.data_dir / self.folder
+
+    def drawing(self) -> contextlib.AbstractContextManager[None]:
+        """Hold this setting's draw lock for the block, waiting while another process on the machine holds it: two
+        that need the same images (campaigns side by side, a draw and a campaign's prefetch) draw them once, and
+        the second finds them done (a cache appears whole; a draw killed halfway leaves none, and its lock dies
+        with it)."""
+
+        def waiting(who: str) -> None:
+            console.print(f"{self.folder}: waiting for {who}, drawing the same images; it goes on when that ends")
+
+        lock = self.path.with_name(f"{self.path.name}.lock")  # beside the folder: nothing in it is not an image cache
+        return locks.waiting(lock, "lra data prepare", on_wait=waiting)
 
     def cache(self, split: str, n: int) -> TaskCache:
         """The cache of images 0..n-1 of `split`."""
