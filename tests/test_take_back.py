@@ -31,10 +31,13 @@ def state(folder: Path, steps: dict[str, int], checkpoint: bytes) -> None:
     (folder / "pathfinder" / "best.pt").write_bytes(checkpoint)
 
 
-def call_files(tmp: Path, name: str, steps: dict[str, int], checkpoint: bytes) -> Path:
-    """A call's files_at folder holding back.tgz with campaigns/path-x-t in it."""
-    staged = tmp / f"staged-{name}" / "campaigns" / "path-x-t"
-    state(staged, steps, checkpoint)
+def call_files(
+    tmp: Path, name: str, steps: dict[str, int], checkpoint: bytes, campaigns: tuple[str, ...] = ("path-x-t",)
+) -> Path:
+    """A call's files_at folder holding back.tgz with campaigns/path-x-t (or these campaigns) in it."""
+    for campaign in campaigns:
+        state(tmp / f"staged-{name}" / "campaigns" / campaign, steps, checkpoint)
+    staged = tmp / f"staged-{name}" / "campaigns" / campaigns[0]
     files_at = tmp / name
     files_at.mkdir()
     with tarfile.open(files_at / "back.tgz", "w:gz") as tar:
@@ -95,4 +98,15 @@ def test_an_archive_split_into_parts_is_joined_in_order(repo, tmp_path):
     done = take_back(repo, files_at)
     assert done.returncode == 0, done.stderr
     assert (repo / "campaigns/path-x-t/pathfinder/best.pt").read_bytes() == checkpoint
+    assert git(repo, "status", "--porcelain") == ""
+
+
+def test_a_path_256_state_stays_out_and_the_others_come_home(repo, tmp_path):
+    """A Path-256 state (20-50 MB) would leave no room for the next call's pairs: its stage ends within its session."""
+    files_at = call_files(tmp_path, "1", {"pathfinder": 37440}, b"state", campaigns=("path-256-t", "path-x-t"))
+    done = take_back(repo, files_at)
+    assert done.returncode == 0, done.stderr
+    assert "not committing path-256-t" in done.stderr
+    assert not (repo / "campaigns/path-256-t").exists()
+    assert (repo / "campaigns/path-x-t/pathfinder/best.pt").read_bytes() == b"state"
     assert git(repo, "status", "--porcelain") == ""
