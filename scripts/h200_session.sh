@@ -24,15 +24,17 @@
 #            head dim 8 under dropout)
 #        speed: issue 34's speed table: `lra bench train --preset fa-paper --compile max --synthetic`, every baseline
 #            beside compiled naive, task by task while time is left (nystrom once more without its convolution)
-#        path-x: issue 36, the same command on every call of a session (docs/path_x_campaign.md, "Round 6 (next)"):
+#        path-x: issue 36, the same command on every call of a session (docs/path_x_campaign.md, "Round 7 (next)"):
 #            Path-X's data drawn detached on 16 cores (once), then the pilots of PILOT_FILE (default
 #            scripts/path_x_pilots.txt: one `NAME BACKEND [--set ...]` a line) side by side, each `lra run path-x
-#            --preset curriculum` for PILOT_STEPS (2,496) steps from path-x-bsf-local-frozen's Path-64 stage. PILOTS=0 skips them.
+#            --preset curriculum` for PILOT_STEPS (2,496) steps from path-x-bsf-local-frozen's Path-64 stage.
+#            PILOTS=0 skips them.
 #            Once no pilot runs, the campaigns of CAMPAIGN_FILE (default scripts/path_x_campaigns.txt, the same kind
 #            of lines) side by side, each `lra campaign path-x --attn BACKEND` with its settings into
-#            campaigns/path-x-NAME (resumed from the committed state where there is one), --from path-x-bsf-local-frozen (the
-#            stages it shares: a campaign's config hash leaves the backend out, so a line must change the Path-X
-#            stage, e.g. --set path-x:train.steps=6240), detached, until CAMPAIGN_END; every call waits for them.
+#            campaigns/path-x-NAME (resumed from the committed state where there is one), --from
+#            path-x-bsf-local-frozen (the stages it shares: a campaign's config hash leaves the backend out, so a line
+#            must change the Path-X stage, e.g. --set path-x:train.steps=6240), detached, until CAMPAIGN_END; every
+#            call waits for them.
 #            CAMPAIGNS=0 skips them; with CAMPAIGN_FROM=none each is a chain of its own from Pathfinder-32, started
 #            before the pilots (with PILOTS=0, a session for the chains alone; DRAW=0 leaves the target's own draw out).
 #            BESIDE_SPEED="TASK ..." (first call): the draw on cores 4-15 (12 workers) while the `speed` phase's bench
@@ -67,7 +69,8 @@ export TORCHINDUCTOR_CACHE_DIR=/tmp/lra/inductor TRITON_CACHE_DIR=/tmp/lra/trito
 PRESET=${PRESET:-fa-paper} DEVICE=${DEVICE:-cuda} OUT=${OUT:?set OUT to the folder that comes back}
 START=$(date +%s)
 LOGS=/tmp/lra/logs
-SOURCE=path-x-bsf-local-frozen  # the campaigns' --from source (CAMPAIGN_FROM): stages 1-3 of Path-X's 63.0% chain, read and never written
+# The campaigns' default --from source (CAMPAIGN_FROM): stages 1-3 of Path-X's 63.0% chain, read and never written
+SOURCE=path-x-bsf-local-frozen
 # issue 34's baselines (the FlashAttention paper's Table 3, the LRA paper's rows, nystrom), for `speed` and `baselines`
 paper_rows=linformer,linear,performer,local,reformer,smyrf,sparse_transformer,longformer,sinkhorn,synthesizer,bigbird
 BASELINES=${BASELINES:-$paper_rows,nystrom}
@@ -156,7 +159,7 @@ path_x() {  # issue 36's pilots, then the campaigns (see the header); TARGET pat
             # shellcheck disable=SC2086
             detach "pilot-$name" run path-x --attn "${PILOT_ATTN:-$attn}" --preset curriculum --seed 0 \
                 --device "$DEVICE" "${small[@]}" --set train.steps="${PILOT_STEPS:-2496}" --set train.eval_batch_size=512 \
-                --time-limit "$(($(session_left) - 60))s" --set train.init_from=campaigns/path-x-bsf-local-frozen/path-64 $settings
+                --time-limit "$(($(session_left) - 60))s" --set train.init_from="campaigns/$SOURCE/path-64" $settings
         done < "${PILOT_FILE:-scripts/path_x_pilots.txt}"
         set +f
     fi
@@ -189,7 +192,7 @@ kernel_table() {  # issue 33's table, one `lra bench attention` run per dropout 
 
 session_left() { echo $((CAMPAIGN_END - ($(date +%s) - START))); }  # seconds to the session's end, now
 
-campaigns() {  # start CAMPAIGN_FILE's campaigns, each as TARGET-NAME (--from path-x-bsf-local-frozen, or a chain of its own)
+campaigns() {  # start CAMPAIGN_FILE's campaigns, each as TARGET-NAME (--from $SOURCE, or a chain of its own)
     [ "${CAMPAIGNS:-1}" = 1 ] || return 0
     local name attn settings state source=${CAMPAIGN_FROM:-$SOURCE} from=()
     mkdir -p /tmp/lra/campaigns
@@ -282,8 +285,8 @@ for pid in "${PIDS[@]}"; do wait "$pid"; done
 grep -H -E "record:|resume with|rror" "$LOGS"/*.log | tail -n 40
 # A call brings back at most 8 files of 16 MiB, 64 MiB in all: the archive comes back in 15 MiB parts
 # (back.tgz.part0, ...; take_back.sh joins them). The campaigns' --from sources are read, never written: they stay out.
-tar -czf /tmp/lra/back.tgz --exclude='*.lock' --exclude="campaigns/$SOURCE" --exclude="campaigns/${CAMPAIGN_FROM:-$SOURCE}" \
-    -C /tmp/lra \
+tar -czf /tmp/lra/back.tgz --exclude='*.lock' --exclude="campaigns/$SOURCE" \
+    --exclude="campaigns/${CAMPAIGN_FROM:-$SOURCE}" -C /tmp/lra \
     results logs $(cd /tmp/lra && ls -d campaigns 2> /dev/null)
 [ "$(stat -c %s /tmp/lra/back.tgz)" -le $((60 * 1024 * 1024)) ] || echo "WARNING: the archive is over 60 MiB" >&2
 split -b 15M -d -a 1 /tmp/lra/back.tgz "$OUT/back.tgz.part"

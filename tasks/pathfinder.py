@@ -157,8 +157,8 @@ class PathfinderTask(Task):
         if self.source is not None:
             raise ConfigError(f"{self.name} reads LRA's release ({self.source}): it has no target pairs to draw")
         with self.store.drawing():
-            covered = {s for s, n in self.counts.items() if self.store.covering(s, n, targets=True) is not None}
-            missing = {s: n for s, n in self.counts.items() if n > 0 and s not in covered}
+            counts = self.counts.items()
+            missing = {s: n for s, n in counts if n > 0 and self.store.covering(s, n, targets=True) is None}
             if missing:
                 what = " + ".join(f"{n} {split}" for split, n in missing.items())
                 description = f"drawing {self.name}'s target pairs ({what})"
