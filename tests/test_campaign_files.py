@@ -1,0 +1,74 @@
+"""The campaign lines a device session runs (scripts/path_x_campaigns.txt, path_256_campaigns.txt, path_x_seeds.txt):
+each names a backend and settings that plan, and a line run `--from` the scripts' source shares every stage before its
+own with that committed state, so that a session trains only what the line changes (a preset edit that broke the
+sharing would retrain Pathfinder-32 and Path-64, a third of a session, before anyone noticed)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from attention_impls.registry import BACKENDS
+from lra.campaign.plan import plan_stages
+from lra.train.config import config_hash
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
+FILES = [  # file, target, whether its lines run --from the source (the seeds are chains of their own)
+    ("path_x_campaigns.txt", "path-x", True),
+    ("path_256_campaigns.txt", "path-256", True),
+    ("path_x_seeds.txt", "path-x", False),
+]
+
+
+def source_state() -> Path:
+    """The state folder that scripts/h200_session.sh names as its campaigns' --from source (SOURCE=...)."""
+    found = re.search(r"^SOURCE=(\S+)", (SCRIPTS / "h200_session.sh").read_text(), re.MULTILINE)
+    assert found, "scripts/h200_session.sh names no SOURCE"
+    return ROOT / "campaigns" / found.group(1)
+
+
+def campaign_lines(name: str) -> list[tuple[str, str, int, list[str]]]:
+    """(name, backend, seed, --set values) of each line that is not blank or a comment."""
+    out = []
+    for line in (SCRIPTS / name).read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        label, backend, *words = shlex.split(line)
+        seed, sets = 0, []
+        for flag, value in zip(words[::2], words[1::2], strict=True):
+            assert flag in ("--set", "--seed"), f"{name}: {label} has {flag}; the script passes --set and --seed only"
+            if flag == "--seed":
+                seed = int(value)
+            else:
+                sets.append(value)
+        out.append((label, backend, seed, sets))
+    return out
+
+
+def test_the_scripts_source_is_a_committed_finished_campaign():
+    ledger = json.loads((source_state() / "campaign.json").read_text())
+    assert ledger["stages"] and all(stage["status"] == "done" for stage in ledger["stages"].values())
+    assert all((source_state() / task / "best.pt").is_file() for task in ledger["stages"])
+
+
+@pytest.mark.parametrize(("name", "target", "from_source"), FILES)
+def test_each_line_plans_and_shares_all_but_its_last_stage_with_the_source(name, target, from_source):
+    done = {
+        task: stage["config_hash"]
+        for task, stage in json.loads((source_state() / "campaign.json").read_text())["stages"].items()
+        if stage["status"] == "done"
+    }
+    for label, backend, seed, sets in campaign_lines(name):
+        assert backend in BACKENDS.names(), f"{name}: {label} names no backend ({backend})"
+        stages = plan_stages(target, attn=backend, preset="curriculum", seed=seed, overrides=sets)
+        assert stages[-1].task == target
+        shared = [s.task for s in stages if done.get(s.task) == config_hash(s.config)]
+        if from_source:  # only the last stage trains; the rest are taken from the source
+            assert shared == [s.task for s in stages[:-1]], f"{name}: {label} shares {shared} with {source_state()}"
+        else:  # a chain of its own: another seed shares nothing
+            assert shared == [], f"{name}: {label} shares {shared} with the source, yet runs without it"
