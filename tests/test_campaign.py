@@ -5,7 +5,10 @@ by hand from that checkpoint), the ledger's seconds adding up to the records', a
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -192,6 +195,59 @@ def test_a_stopped_draw_ends_its_processes_and_leaves_no_cache(tmp_path):
     assert draw.outcome() == "stopped"
     wait_until_gone(draw.proc.pid, timeout=10.0)  # no worker of its group is left (dead ones may wait to be reaped)
     assert not build_task("path-x", data_dir=str(tmp_path / "data"), **data).info()["ready"]
+
+
+ROOT = Path(__file__).resolve().parents[1]
+# A campaign's first session, ended as a machine taken back ends it (no exception, no cleanup) right after the
+# ledger took its first evaluation
+KILLED_AT_FIRST_EVAL = """
+import os, sys
+from pathlib import Path
+from lra.campaign import drive
+from tests.test_campaign import options
+
+note = drive.Session.note_progress
+
+
+def note_then_die(self, item, started, step):
+    note(self, item, started, step)
+    os._exit(9)
+
+
+drive.Session.note_progress = note_then_die
+drive.run_campaign(options(Path(sys.argv[1])))
+"""
+
+
+def test_a_session_killed_mid_stage_keeps_its_seconds_up_to_its_last_evaluation(tmp_path):
+    child = subprocess.run([sys.executable, "-c", KILLED_AT_FIRST_EVAL, str(tmp_path)], cwd=ROOT, capture_output=True,
+                           text=True, timeout=300)  # fmt: skip
+    assert child.returncode == 9, child.stderr[-2000:]
+    killed = json.loads((tmp_path / "state" / LEDGER).read_text(encoding="utf-8"))["sessions"][0]
+    assert killed["ended"] == "running" and [(w["stage"], w["to_step"]) for w in killed["work"]] == [("pathfinder", 6)]
+    assert killed["wall_s"] >= killed["work"][0]["wall_s"] > killed["work"][0]["data_s"] > 0
+    ledger = run_campaign(options(tmp_path))  # the next session resumes and finishes
+    first, second = ledger["sessions"]
+    assert first == {**killed, "ended": "killed"} and second["ended"] == "campaign done"
+    assert ledger["totals"]["device_s"] == pytest.approx(first["wall_s"] + second["wall_s"], abs=2e-3)
+    pathfinder_work = [w["wall_s"] for s in ledger["sessions"] for w in s["work"] if w["stage"] == "pathfinder"]
+    assert ledger["stages"]["pathfinder"]["device_s"] >= sum(pathfinder_work) >= killed["work"][0]["wall_s"]
+
+
+def test_a_draw_estimate_counts_the_splits_still_to_draw_and_only_the_rest_where_target_pairs_came(tmp_path):
+    """Path-64 with 24 training and 8 + 8 held-out images: from scratch every image costs DRAW_CORE_S; with the
+    held-out splits' target pairs drawn ahead (as a call carries them) those cost 9% of that; a split already drawn
+    costs nothing."""
+    sets = ["data.num_val=8", "data.num_test=8", "data.downsample=2"]
+    data_dir = str(tmp_path / "data")
+    full = build_task("path-64", data_dir=data_dir, **load_config("path-64", "tiny", ["data.num_train=24", *sets]).data)
+    core_s = drive.DRAW_CORE_S[64]
+    assert drive.draw_seconds(full, workers=2) == pytest.approx(40 * core_s / 2)
+    held_out = load_config("path-64", "tiny", ["data.num_train=0", *sets]).data
+    build_task("path-64", data_dir=data_dir, **held_out).prepare_targets(workers=1)
+    assert drive.draw_seconds(full, workers=2) == pytest.approx((24 + 16 * (1 - 0.91)) * core_s / 2)
+    build_task("path-64", data_dir=data_dir, **held_out).prepare(workers=1)
+    assert drive.draw_seconds(full, workers=2) == pytest.approx(24 * core_s / 2)
 
 
 def test_a_stage_draw_that_outlasts_its_estimate_is_stopped_at_the_time_limit(tmp_path, monkeypatch, capsys):

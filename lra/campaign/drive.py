@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lra.campaign.ledger import check_identity, device_s_before, new_ledger, read_ledger, write_ledger
 from lra.campaign.plan import Stage, plan_stages
@@ -41,6 +41,9 @@ from lra.train.config import config_hash
 from lra.train.rundir import CONFIG, METRICS, SUMMARY, RunDir
 from tasks import build_task
 
+if TYPE_CHECKING:
+    from lra.train.run import OnEval
+
 LOCK = "campaign.lock"
 GITIGNORE = "*.lock\n*.log\n"
 # Core-seconds to draw one image at each resolution, to judge whether a stage's data fits the time left. Measured on
@@ -48,10 +51,28 @@ GITIGNORE = "*.lock\n*.log\n"
 # Path-64's in 598 s on 14 (0.042), Path-X's in 353 s on 14 (0.025); 256 px from this project's 2-core VM (0.0075,
 # which draws 128 px 1.3x faster than that machine), with a margin.
 DRAW_CORE_S = {32: 0.01, 64: 0.046, 128: 0.03, 256: 0.015}
+# The share of an image's draw that growing its target pair takes (docs/pathfinder.md): a split whose pairs were drawn
+# ahead and carried (`lra data prepare --targets-only`) costs only the rest. Without it, a stage whose pairs had come
+# with the call was judged by its draw from scratch (2026-12-05: Path-64 "needs ~11m43s", 2m40s left) and not begun.
+TARGETS_SHARE = {64: 0.91, 128: 0.73, 256: 0.44}
 START_S = 90.0  # a stage needs at least this long after its data: compilation, a first window, a checkpoint
 KEPT = (CONFIG, METRICS, SUMMARY, BEST)  # a finished stage's files
 SPARE_CORES = 2  # left to the training process (its data loading) while the next stage's data is drawn
 CHANCE_SIGMAS = 4.0  # a stage's best validation accuracy must clear the majority class by this many standard errors
+
+
+def draw_seconds(task, workers: int) -> float:
+    """Seconds to draw what `task` lacks on `workers` processes: each split not cached at DRAW_CORE_S an image, less
+    TARGETS_SHARE where its target pairs were drawn ahead."""
+    details = task.info()["details"]
+    per_image = DRAW_CORE_S.get(task.resolution, max(DRAW_CORE_S.values()))
+    rest = 1.0 - TARGETS_SHARE.get(task.resolution, 0.0)
+    cached, ahead = details.get("caches", {}), details.get("targets", {})
+    core_s = 0.0
+    for split, n in task.counts.items():
+        if not cached.get(split):
+            core_s += n * per_image * (rest if split in ahead else 1.0)
+    return core_s / workers
 
 
 def chance_margin(majority: float, n: int) -> float:
@@ -239,7 +260,7 @@ class Session:
             return "time limit"
         prefetch = self.prefetch_next(stage, item)
         try:
-            out = self.train(stage)
+            out = self.train(stage, on_eval=lambda step, _model: self.note_progress(item, started, step))
             self.note_training(stage, out, item, started)
             if "stopped_at" in out:
                 self.save()
@@ -279,6 +300,12 @@ class Session:
                           "next session draws it", highlight=False)  # fmt: skip
             return "running"
         return "done"
+
+    def note_progress(self, item: dict[str, Any], started: float, step: int) -> None:
+        """At each evaluation, this session's work so far in the ledger, written: a session killed mid-stage (the
+        machine taken back) keeps its seconds up to its last evaluation instead of those of its start."""
+        item |= {"to_step": step, "wall_s": round(self.clock() - started, 3)}
+        self.save()
 
     def note_training(self, stage: Stage, out: dict[str, Any], item: dict[str, Any], started: float) -> None:
         """This session's work on `stage` and where the stage stands, in the ledger (not yet written)."""
@@ -331,7 +358,7 @@ class Session:
         console.print(f"campaign: {stage.task}'s data is ready ({item['data_s']:.0f} s)", highlight=False)
         return "data only"
 
-    def train(self, stage: Stage) -> dict[str, Any]:
+    def train(self, stage: Stage, on_eval: OnEval) -> dict[str, Any]:
         from lra.train.run import train
 
         rd = self.dir(stage)
@@ -342,7 +369,8 @@ class Session:
         what = "resuming" if resume else f"starting{f' from {stage.init_from}' if stage.init_from else ''}"
         console.print(f"campaign: stage {stage.index}/{len(self.stages)} {stage.task}, {what}", highlight=False)
         return train(stage.config, self.opts.attn, out_dir=rd.path, resume=resume, data_dir=self.opts.data_dir,
-                     device=self.opts.device, time_budget=self.budget, init_root=self.opts.state)  # fmt: skip
+                     device=self.opts.device, time_budget=self.budget, init_root=self.opts.state,
+                     on_eval=on_eval)  # fmt: skip
 
     def finish(self, stage: Stage, summary: dict[str, Any]) -> None:
         """Record the finished stage (with its campaign block) and keep only its small files."""
@@ -399,11 +427,8 @@ class Session:
         return self.budget is None or seconds <= self.budget.remaining() - self.budget.margin()
 
     def draw_estimate(self, task, workers: int | None = None) -> float:
-        """Seconds to draw `task`'s splits on `workers` (default: this machine's) processes (DRAW_CORE_S), no more of
-        them at once than the machine has cores."""
-        workers = min(workers or self.opts.workers or os.cpu_count() or 1, os.cpu_count() or 1)
-        images = sum(task.counts.values())
-        return images * DRAW_CORE_S.get(task.resolution, max(DRAW_CORE_S.values())) / workers
+        """draw_seconds on `workers` (default: this machine's) processes, no more of them than it has cores."""
+        return draw_seconds(task, min(workers or self.opts.workers or os.cpu_count() or 1, os.cpu_count() or 1))
 
     def report(self) -> None:
         totals = self.ledger["totals"]
