@@ -7,9 +7,10 @@
 # FILES_AT  the call's files_at folder (it holds back.tgz, or its parts back.tgz.part0, back.tgz.part1, ...)
 # Every campaign state folder in the archive replaces campaigns/NAME; nothing else is touched (curate the records in
 # its results/ by hand once a stage is done). Takes a second or two: the next call must still come within 30 s.
-# Path-256's state folders (path-256-*) are left out: 20-50 MB with their 65,536-position tables, they would not fit
-# beside the next call's pairs in its 64 MiB, so a Path-256 stage ends within its session and its record is what
-# comes home (the archive's results/).
+# Path-256's state folders (path-256-*) are not committed: 20-50 MB with their 65,536-position tables, they would not
+# fit beside the next call's pairs in its 64 MiB, so a Path-256 stage ends within its session and its record is what
+# comes home (the archive's results/). Each is kept in the git-ignored .device/states/NAME instead: a stage cut short
+# by a lost machine resumes from it on a new one in two calls (docs/path_x_campaign.md, round 7's results, call 5).
 set -euo pipefail
 files_at=${1:?give the call\'s files_at folder}
 unpacked=$(mktemp -d)
@@ -24,10 +25,15 @@ tar -xzf "$archive" -C "$unpacked" campaigns 2> /dev/null || { echo "no campaign
 mkdir -p campaigns
 for state in "$unpacked"/campaigns/*/; do
     name=$(basename "$state")
-    case $name in
-    path-256-*) echo "not committing $name: a Path-256 state is too big to carry (see the header)" >&2 && continue ;;
-    esac
     [ -f "$state/campaign.json" ] || { echo "skipping $name: no campaign.json" >&2; continue; }
+    case $name in
+    path-256-*)
+        rm -rf ".device/states/$name" && mkdir -p .device/states && cp -r "$state" ".device/states/$name"
+        echo "not committing $name: a Path-256 state is too big to carry beside its pairs (see the header); kept in" \
+            ".device/states/$name" >&2
+        continue
+        ;;
+    esac
     if [ -f "campaigns/$name/campaign.json" ] && ! python3 - "campaigns/$name/campaign.json" "$state/campaign.json" <<'PY'
 import json, sys
 def steps(path):  # steps done over all stages: a state never goes back unless it was restarted from scratch

@@ -57,7 +57,8 @@ def repo(tmp_path: Path) -> Path:
     repo.mkdir()
     git(repo, "init", "-q")
     (repo / "README").write_text("x\n")
-    git(repo, "add", "README")
+    (repo / ".gitignore").write_text("/.device/\n")  # as the project's
+    git(repo, "add", "README", ".gitignore")
     git(repo, "commit", "-q", "-m", "start")
     return repo
 
@@ -101,12 +102,14 @@ def test_an_archive_split_into_parts_is_joined_in_order(repo, tmp_path):
     assert git(repo, "status", "--porcelain") == ""
 
 
-def test_a_path_256_state_stays_out_and_the_others_come_home(repo, tmp_path):
-    """A Path-256 state (20-50 MB) would leave no room for the next call's pairs: its stage ends within its session."""
+def test_a_path_256_state_stays_out_of_git_kept_aside_and_the_others_come_home(repo, tmp_path):
+    """A Path-256 state (20-50 MB) would leave no room for the next call's pairs: it is not committed, but kept in
+    the git-ignored .device/states for a resume on a new machine."""
     files_at = call_files(tmp_path, "1", {"pathfinder": 37440}, b"state", campaigns=("path-256-t", "path-x-t"))
     done = take_back(repo, files_at)
     assert done.returncode == 0, done.stderr
     assert "not committing path-256-t" in done.stderr
     assert not (repo / "campaigns/path-256-t").exists()
+    assert (repo / ".device/states/path-256-t/pathfinder/best.pt").read_bytes() == b"state"
     assert (repo / "campaigns/path-x-t/pathfinder/best.pt").read_bytes() == b"state"
     assert git(repo, "status", "--porcelain") == ""
