@@ -51,7 +51,9 @@
 # COMMIT   the commit being run (the copied .git is stale): goes into every record
 # CAMPAIGN_END (path-x): seconds from this call's start to the session's end, less ~100 s for the last archive: the
 # last lease's budget_left_s less 100, 1,540 on a fresh session's first call. Detached runs take their time limits
-# from it when they start.
+# from it when they start. A call whose CAMPAIGN_END is at most a minute past its LIMIT_S is the session's last: a
+# minute before its end it asks the campaigns and pilots still running to stop (SIGTERM), so that their state is in
+# the archive.
 #
 # Dry runs on a CPU: PRESET=tiny DEVICE=cpu for listops-seeds and speed (listops-fly has no small form); for path-x,
 # DEVICE=cpu PILOT_ATTN=naive CAMPAIGN_ATTN=naive WORKERS=1 SMALL_DATA="--set data.num_train=32 --set
@@ -108,11 +110,24 @@ detach() {  # detach NAME ARGS...: an `lra` command in its own session (it outli
     echo $! > "/tmp/lra/pids/$name.pid"
 }
 
-wait_detached() {  # wait_detached PATTERN: until every detached command named PATTERN has ended, or 30 s are left
+wait_detached() {  # wait_detached PATTERN: until every detached command named PATTERN has ended, or FLOOR (30) s are left
     local f
     for f in /tmp/lra/pids/$1.pid; do
         [ -f "$f" ] || continue
-        while kill -0 "$(cat "$f")" 2> /dev/null && [ "$(left)" -gt 30 ]; do sleep 5; done
+        while kill -0 "$(cat "$f")" 2> /dev/null && [ "$(left)" -gt "${FLOOR:-30}" ]; do sleep 5; done
+    done
+}
+
+stop_detached() {  # stop_detached PATTERN: ask each detached command named PATTERN still running to stop (SIGTERM:
+    # `lra run` and `lra campaign` save their full state at their next logging point and leave; lra.core.signals),
+    # then wait for them until 15 s are left
+    local f
+    for f in /tmp/lra/pids/$1.pid; do
+        [ -f "$f" ] && kill -TERM "$(cat "$f")" 2> /dev/null && echo "asked $(basename "$f" .pid) to stop" >&2
+    done
+    for f in /tmp/lra/pids/$1.pid; do
+        [ -f "$f" ] || continue
+        while kill -0 "$(cat "$f")" 2> /dev/null && [ "$(left)" -gt 15 ]; do sleep 1; done
     done
 }
 
@@ -165,6 +180,13 @@ path_x() {  # issue 36's pilots, then the campaigns (see the header); TARGET pat
     fi
     wait_detached 'pilot-*'
     alive 'pilot-*' || campaigns
+    if [ "$(session_left)" -le $(($(left) + 60)) ]; then
+        # the session's last call: what still runs would save after the archive is written (2026-12-05: 20 s of two
+        # chains lost so), so it is asked to stop a minute before the end and the archive takes what it saved
+        FLOOR=60 wait_detached 'campaign-*'
+        stop_detached 'campaign-*'
+        stop_detached 'pilot-*'
+    fi
     wait_detached 'campaign-*'
 }
 

@@ -35,6 +35,7 @@ from lra.campaign.prefetch import DRAW_LOG, LOG, Prefetch, prepare_command
 from lra.core import locks
 from lra.core.errors import RunSetupError
 from lra.core.progress import console
+from lra.core.signals import STOP
 from lra.train.budget import TimeBudget, format_duration
 from lra.train.checkpoint import BEST, LAST, load_checkpoint
 from lra.train.config import config_hash
@@ -73,6 +74,11 @@ def draw_seconds(task, workers: int) -> float:
         if not cached.get(split):
             core_s += n * per_image * (rest if split in ahead else 1.0)
     return core_s / workers
+
+
+def stopped_word() -> str:
+    """How the ledger says a session ended on request: 'stopped (SIGTERM)', or 'stopped' when no signal asked."""
+    return f"stopped ({STOP.signal})" if STOP.requested else "stopped"
 
 
 def chance_margin(majority: float, n: int) -> float:
@@ -198,6 +204,9 @@ class Session:
         ended = "campaign done"
         try:
             for stage in self.stages:
+                if STOP.requested:  # asked while the last stage ended: the next one waits for the next session
+                    ended = stopped_word()
+                    break
                 if self.dir(stage).finished:
                     self.settle(stage)
                     ended = self.gate(stage)
@@ -257,19 +266,19 @@ class Session:
             return "time limit"
         self.entry["work"].append(item)
         if draw and self.draw(stage, item, started) == "running":
-            return "time limit"
+            return stopped_word() if STOP.requested else "time limit"
         prefetch = self.prefetch_next(stage, item)
         try:
             out = self.train(stage, on_eval=lambda step, _model: self.note_progress(item, started, step))
             self.note_training(stage, out, item, started)
             if "stopped_at" in out:
                 self.save()
-                return "time limit" if "time_limit_s" in out else "stopped"
+                return "time limit" if "time_limit_s" in out else stopped_word()
             self.finish(stage, out)
             if (ended := self.gate(stage)) is not None:
                 return ended
             if prefetch is not None and self.await_prefetch(prefetch, item) == "running":
-                return "time limit"
+                return stopped_word() if STOP.requested else "time limit"
             return None
         finally:
             if prefetch is not None:

@@ -19,8 +19,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lra.core.signals import STOP
+
 LOG = "prefetch-{task}.log"  # the next stage's draw, beside the training
 DRAW_LOG = "draw-{task}.log"  # the current stage's own draw
+POLL_S = 1.0  # how often a wait looks for a stop request
 
 
 def prepare_command(task: str, data: dict[str, Any], *, workers: int, data_dir: str | None) -> list[str]:
@@ -44,9 +47,14 @@ class Prefetch:
                                          start_new_session=True)  # fmt: skip
 
     def wait(self, timeout: float) -> str:
-        """Wait up to `timeout` seconds, then say how it stands (`outcome`)."""
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=max(0.0, timeout))
+        """Wait up to `timeout` seconds, or until a signal asks this process to stop (lra.core.signals.STOP), then
+        say how it stands (`outcome`)."""
+        end = time.monotonic() + max(0.0, timeout)
+        while not STOP.requested:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=max(0.0, min(POLL_S, end - time.monotonic())))
+            if self.proc.poll() is not None or time.monotonic() >= end:
+                break
         return self.outcome()
 
     def stop(self) -> None:

@@ -72,7 +72,10 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if args.dry_run:
         return show_plan(opts)
-    run_campaign(opts, budget)
+    from lra.core.signals import stop_on_terminate
+
+    with stop_on_terminate():  # SIGTERM / SIGUSR1: the stage in training stops at its next logging point, saved
+        run_campaign(opts, budget)
     return 0
 
 

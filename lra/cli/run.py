@@ -76,26 +76,28 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         gate(config, args.attn, resolve_device(args.device), world_size=args.nproc, data_dir=args.data_dir)  # once
         return launch_local(args.nproc, args.argv)  # each worker's train() passes the same gate
+    from lra.core.signals import stop_on_terminate
     from lra.train import distributed as dist
     from lra.train.run import train
 
     dist.init_from_env(args.device)
     try:
-        summary = train(
-            config,
-            args.attn,
-            out_dir=args.out,
-            runs_root=args.runs_root,
-            device=args.device,
-            resume=args.resume,
-            data_dir=args.data_dir,
-            stop_after=args.stop_after,
-            time_budget=budget,
-        )
+        with stop_on_terminate():  # SIGTERM / SIGUSR1: stop at the next logging point with the full state saved
+            summary = train(
+                config,
+                args.attn,
+                out_dir=args.out,
+                runs_root=args.runs_root,
+                device=args.device,
+                resume=args.resume,
+                data_dir=args.data_dir,
+                stop_after=args.stop_after,
+                time_budget=budget,
+            )
         main_rank = dist.is_main()
     finally:
         dist.shutdown()
-    if main_rank and "time_limit_s" in summary:
+    if main_rank and ("time_limit_s" in summary or "stopped_by" in summary):
         console.print(f"resume with: {resume_command(args.argv, summary['run_dir'])}", highlight=False, soft_wrap=True)
     if main_rank and "stopped_at" not in summary and not args.no_record:
         store_summary(summary, args.results)

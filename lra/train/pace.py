@@ -1,6 +1,7 @@
 """The training loop's view of a time budget: times its windows, evaluations and saves on the budget's clock and
-says whether the stretch to the next logging point fits (always, without a budget). Kept apart from the loop
-(`lra.train.run`) and from the budget's arithmetic (`lra.train.budget`), which knows nothing of ranks or settings."""
+says whether the stretch to the next logging point fits (always, without a budget), or whether a signal asked the
+run to stop. Kept apart from the loop (`lra.train.run`) and from the budget's arithmetic (`lra.train.budget`), which
+knows nothing of ranks or settings."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sized
 
+from lra.core.signals import STOP
 from lra.train import distributed as dist
 from lra.train.budget import Pacer, TimeBudget
 from lra.train.settings import TrainSettings
@@ -35,16 +37,21 @@ class Pace:
         if self.pacer is not None:
             getattr(self.pacer, what)(self.clock() - start)
 
-    def fits_next(self, step: int, ckpt_every: int) -> bool:
-        """Whether the steps after `step` up to the next logging point (and what comes there) fit the budget."""
+    def stop_reason(self, step: int, ckpt_every: int) -> str | None:
+        """Why the loop stops after `step`, the same on every rank: the signal's name where one asked
+        (lra.core.signals.STOP), 'time' where the steps up to the next logging point (and what comes there) would
+        not fit the budget, None to go on."""
+        reason = STOP.signal if STOP.requested else None if self._fits_next(step, ckpt_every) else "time"
+        return dist.broadcast_object(reason)
+
+    def _fits_next(self, step: int, ckpt_every: int) -> bool:
         if self.pacer is None:
             return True
         t = self.t
         nxt = min(_next_multiple(step, every) for every in (t.log_every, t.eval_every, ckpt_every))
         nxt = min(nxt, t.steps)
         final = nxt == t.steps
-        fits = self.pacer.fits(nxt - step, evaluates=final or nxt % t.eval_every == 0, final=final)
-        return bool(dist.broadcast_object(fits))
+        return self.pacer.fits(nxt - step, evaluates=final or nxt % t.eval_every == 0, final=final)
 
 
 def loop_pace(budget: TimeBudget | None, splits: Mapping[str, Sized], train: TrainSettings) -> Pace:

@@ -5,7 +5,8 @@ test on it. The full state is checkpointed atomically; `resume=True` continues a
 order (batches are a function of the step) and the same dropout draws (seeded per step), so an interrupted run ends
 with the same result as an uninterrupted one. A non-finite loss stops the run and leaves the last good checkpoint.
 With a `TimeBudget` (`--time-limit`) the run stops cleanly before the budget runs out, its full state saved
-(lra.train.budget); the split hashes recorded when it started are checked on resume (lra.train.datahash).
+(lra.train.budget), and likewise when a signal asks (lra.core.signals.stop_on_terminate); the split hashes
+recorded when it started are checked on resume (lra.train.datahash).
 The summary is returned and written to the run directory; storing it as a result record is the caller's job
 (`lra run`, the sweep), since the training layer sits below the results store.
 """
@@ -88,8 +89,10 @@ def train(
     model)` is called at every evaluation (the numerics study snapshots weights there). `cpu_amp` applies train.amp
     on the CPU too. The run gate (lra.train.gate) is passed first, once, before anything is read or written.
     `time_budget`: stop cleanly before it runs out, saving the full state, and return {"stopped_at",
-    "run_dir", "time_limit_s"}. `init_root`: where a relative train.init_from is read from (default: the working
-    directory; a campaign names its state folder).
+    "run_dir", "time_limit_s", "session"}; likewise, within `lra.core.signals.stop_on_terminate`, at the first
+    logging point after a SIGTERM or SIGUSR1, with "stopped_by" (the signal's name) for "time_limit_s".
+    `init_root`: where a relative train.init_from is read from (default: the working directory; a campaign names
+    its state folder).
     """
     dev = resolve_device(device)
     config = config.for_backend(backend)
@@ -153,6 +156,8 @@ def _train(
             stopped = {"stopped_at": trainer.global_step, "run_dir": str(run_dir.path)}
             if run.out_of_time:
                 stopped |= {"time_limit_s": time_budget.limit_s, "session": run.session}
+            elif run.stopped_by is not None:
+                stopped |= {"stopped_by": run.stopped_by, "session": run.session}
             return stopped
     finally:
         run.batches.close()
@@ -228,6 +233,7 @@ class _Run:
         self.info = f"{config.task} / {backend} / preset {config.preset} on {trainer.device}"
         self.clock = time.perf_counter()
         self.budget, self.out_of_time = time_budget, False
+        self.stopped_by: str | None = None  # the signal that stopped the loop (lra.core.signals)
         self.session = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "from_step": trainer.global_step}
         self.session |= {"device": device_name(trainer.device), "world_size": dist.world_size()}
         self.started, self.train_time_at_start = started or self.clock, state.train_time
@@ -287,8 +293,9 @@ class _Run:
                     pace.timed(lambda: self.evaluate(progress.console), "evaluation")
                 if at_ckpt:
                     pace.timed(self.checkpoint, "saved")
-                if step < t.steps and not pace.fits_next(step, ckpt_every):
-                    self._stop_for_time()
+                reason = pace.stop_reason(step, ckpt_every) if step < t.steps else None
+                if reason is not None:
+                    self._stop(reason)
                     return False
                 timer.restart()
                 pace.restart()
@@ -301,19 +308,26 @@ class _Run:
         poses = poses_for(seed=self.t.seed, step=step, rank=dist.rank(), batch=tokens.shape[0], device=tokens.device)
         return dihedral(tokens, poses)
 
-    def _stop_for_time(self) -> None:
-        """Close this session and save the full state (again, with the session) before leaving on time."""
-        self.out_of_time = True
+    def _stop(self, reason: str) -> None:
+        """Close this session and save the full state (again, with the session) before leaving: on time (`reason`
+        'time') or asked by a signal (its name)."""
+        self.out_of_time = reason == "time"
+        self.stopped_by = None if self.out_of_time else reason
         self._close_session()
         self.checkpoint()
-        if self.main:
+        if not self.main:
+            return
+        if self.out_of_time:
             used = self.budget.elapsed()
-            console.print(
-                f"[bold yellow]stopped[/] at step {self.trainer.global_step} of {self.t.steps} to keep within the "
-                f"time limit ({used:.0f} s of {self.budget.limit_s:.0f} s used); its full state is in {self.dir.last}",
-                highlight=False,
-                soft_wrap=True,
-            )
+            why = f"to keep within the time limit ({used:.0f} s of {self.budget.limit_s:.0f} s used)"
+        else:
+            why = f"as {reason} asked"
+        console.print(
+            f"[bold yellow]stopped[/] at step {self.trainer.global_step} of {self.t.steps} {why}; its full state is "
+            f"in {self.dir.last}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
     def _close_session(self) -> None:
         """Add this call's session (steps, training and wall seconds) to the run's ledger, once."""
