@@ -24,7 +24,7 @@
 #            head dim 8 under dropout)
 #        speed: issue 34's speed table: `lra bench train --preset fa-paper --compile max --synthetic`, every baseline
 #            beside compiled naive, task by task while time is left (nystrom once more without its convolution)
-#        path-x: issue 36, the same command on every call of a session (docs/path_x_campaign.md, "Round 8 (next)"):
+#        path-x: issue 36, the same command on every call of a session (docs/path_x_campaign.md, "Round 9 (next)"):
 #            Path-X's data drawn detached on 16 cores (once), then the pilots of PILOT_FILE (default
 #            scripts/path_x_pilots.txt: one `NAME BACKEND [--set ...]` a line) side by side, each `lra run path-x
 #            --preset curriculum` for PILOT_STEPS (2,496) steps from path-x-bsf-local-frozen's Path-64 stage.
