@@ -26,6 +26,7 @@ from lra.results.store import load_records
 from lra.sweep.board import Board, LineLog, Row, read_progress
 from lra.sweep.grid import build_grid, clear_unstarted, parse_seeds, run_state
 from lra.sweep.local_pool import LaunchOptions, LocalPool, slots_for, try_lock
+from lra.train.checkpoint import load_checkpoint
 from tests.processes import wait_until_gone
 from tests.sweep_cli import write_configs
 
@@ -336,6 +337,24 @@ def test_a_sweep_logging_to_a_file_prints_lines_not_a_live_table(tmp_path, capsy
         f"{run.name}: running (cpu), step 0/60",
         f"{run.name}: done, step 0/60",
     ]
+
+
+def test_a_run_of_a_sweep_asked_to_stop_by_a_signal_is_stopped_not_done_and_the_same_command_continues(
+    tmp_path, capsys
+):
+    """A run that a signal asks to stop (tests/sweep_cli_asked.py: SIGTERM after its first evaluation) leaves with
+    exit 0 and its state saved: the sweep, which has no time limit, calls it stopped, stores no record, and the same
+    sweep resumes it to the end."""
+    configs, root, results = write_configs(tmp_path), tmp_path / "sweep", tmp_path / "results"
+    argv = ["sweep", "--tasks", configs[0], "--attn", "naive", "--seeds", "0", "--root", str(root), "--results",
+            str(results), "--device", "cpu"]  # fmt: skip
+    assert main([*argv, "--runner", "tests.sweep_cli_asked"]) == 0
+    assert "1 stopped with their state saved" in " ".join(capsys.readouterr()).replace("\n", " ")
+    run_dir = next(root.glob("*/*/*/s0"))
+    assert not (run_dir / "summary.json").exists() and not load_records(results)
+    assert load_checkpoint(run_dir / "last.pt")["step"] == 10  # the first evaluation's step
+    assert main([*argv, "--runner", "tests.sweep_cli"]) == 0
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 60 and len(load_records(results)) == 1
 
 
 def test_a_sweep_with_a_time_limit_stops_its_runs_and_the_same_command_continues(tmp_path, monkeypatch, capsys):

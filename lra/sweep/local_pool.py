@@ -29,7 +29,7 @@ from lra.train.rundir import RunDir
 POLL_S = 0.5
 STOP_GRACE_S = 10.0
 FINAL = ("done", "failed", "skipped", "stopped")  # how a run ends a sweep (skipped: running in another process;
-# stopped: on the sweep's --time-limit, its state saved for the same command to continue)
+# stopped: on the sweep's --time-limit or asked by a signal, its state saved for the same command to continue)
 START_S = 60.0  # under a time limit, a run is started only with at least this long left
 # on_status(run, state, where): pending, queued, running, resumed or a FINAL state; `where` names the GPU, job, ...
 OnStatus = Callable[[Run, str, str], None]
@@ -178,8 +178,9 @@ class LocalPool:
                 continue
             _release(a)
             del active[slot]
-            if rc == 0 and self.options.budget is not None and not RunDir(a.run.run_dir).finished:
-                self.on_status(a.run, "stopped", "time limit: state saved")
+            if rc == 0 and not RunDir(a.run.run_dir).finished:  # on its time limit, or asked by a signal
+                why = "time limit" if self.options.budget is not None else "asked to stop"
+                self.on_status(a.run, "stopped", f"{why}: state saved")
                 continue
             self.on_status(a.run, "done" if rc == 0 else "failed", f"exit {rc}" if rc else "")
 
