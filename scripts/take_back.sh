@@ -23,6 +23,8 @@ fi
 [ -f "$archive" ] || { echo "no back.tgz or back.tgz.part* in $files_at: was the call's OUT written?" >&2; exit 2; }
 tar -xzf "$archive" -C "$unpacked" campaigns 2> /dev/null || { echo "no campaigns/ in $archive: nothing to commit"; exit 0; }
 mkdir -p campaigns
+taken=()  # the folders this call brought home: the commit names them, and nothing else (a folder set aside by
+# scripts/carry_state.sh is missing from the work tree for a while, and must not be committed as deleted)
 for state in "$unpacked"/campaigns/*/; do
     name=$(basename "$state")
     [ -f "$state/campaign.json" ] || { echo "skipping $name: no campaign.json" >&2; continue; }
@@ -47,6 +49,9 @@ PY
     rm -rf "campaigns/$name.new" && cp -r "$state" "campaigns/$name.new"
     rm -rf "campaigns/$name" && mv "campaigns/$name.new" "campaigns/$name"
     git add -A "campaigns/$name"
+    taken+=("campaigns/$name")
 done
-git diff --cached --quiet -- campaigns || git commit -q -m "campaign state after a device call ($(basename "$1"))" -- campaigns
+if [ ${#taken[@]} -gt 0 ] && ! git diff --cached --quiet -- "${taken[@]}"; then
+    git commit -q -m "campaign state after a device call ($(basename "$1"))" -- "${taken[@]}"
+fi
 git log --oneline -1

@@ -1,10 +1,12 @@
-"""scripts/take_back.sh: a device call's campaign state comes home and is committed, unless it went back."""
+"""scripts/take_back.sh: a device call's campaign state comes home and is committed, unless it went back; and
+scripts/carry_state.sh: a kept Path-256 state carried to a new machine with the other campaign folders set aside."""
 
 from __future__ import annotations
 
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import tarfile
@@ -113,3 +115,51 @@ def test_a_path_256_state_stays_out_of_git_kept_aside_and_the_others_come_home(r
     assert (repo / ".device/states/path-256-t/pathfinder/best.pt").read_bytes() == b"state"
     assert (repo / "campaigns/path-x-t/pathfinder/best.pt").read_bytes() == b"state"
     assert git(repo, "status", "--porcelain") == ""
+
+
+CARRY = SCRIPT.with_name("carry_state.sh")
+
+
+def carry(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(CARRY), *args], cwd=repo, env=os.environ | GIT_ENV, capture_output=True,
+                          text=True)  # fmt: skip
+
+
+def test_a_path_256_state_is_carried_in_the_tree_with_the_seed_chains_aside_and_nothing_is_committed_deleted(
+    repo, tmp_path
+):
+    """carry_state.sh put: the kept state in campaigns/ untracked, every other folder but the script's --from source
+    out of the tree; take_back.sh between the calls commits only what the call brought home (the set-aside folders
+    stay committed); back: the tree as committed again."""
+    source = re.search(r"^SOURCE=(\S+)", SCRIPT.with_name("h200_session.sh").read_text(), re.MULTILINE).group(1)
+    state(repo / "campaigns" / source, {"pathfinder": 37440}, b"source")
+    state(repo / "campaigns" / "path-x-seed", {"pathfinder": 100}, b"seed")
+    git(repo, "add", "campaigns")
+    git(repo, "commit", "-q", "-m", "campaigns")
+    missing = carry(repo, "put", "path-256-t")
+    assert missing.returncode == 2 and "no kept state" in missing.stderr
+    assert (repo / "campaigns/path-x-seed").is_dir()  # nothing moved
+    state(repo / ".device/states/path-256-t", {"pathfinder": 37440, "path-256": 4680}, b"kept")
+
+    put = carry(repo, "put", "path-256-t")
+    assert put.returncode == 0, put.stderr
+    assert (repo / "campaigns/path-256-t/pathfinder/best.pt").read_bytes() == b"kept"
+    assert not (repo / "campaigns/path-x-seed").exists() and (repo / "campaigns" / source).is_dir()
+    assert "of its 64 MiB" in put.stderr
+    assert carry(repo, "put", "path-256-t").returncode == 2  # a carry in progress
+
+    # a call that resumed the stage and one that brought a seed chain's state home: only the latter is committed
+    files_at = call_files(tmp_path, "1", {"pathfinder": 37440, "path-256": 6240}, b"resumed",
+                          campaigns=("path-256-t", "path-x-other"))  # fmt: skip
+    done = take_back(repo, files_at)
+    assert done.returncode == 0, done.stderr
+    assert (repo / ".device/states/path-256-t/pathfinder/best.pt").read_bytes() == b"resumed"
+    committed = git(repo, "ls-tree", "-r", "--name-only", "HEAD", "campaigns")
+    assert "campaigns/path-x-seed/campaign.json" in committed and "campaigns/path-x-other/campaign.json" in committed
+
+    back = carry(repo, "back")
+    assert back.returncode == 0, back.stderr
+    assert not (repo / "campaigns/path-256-t").exists() and not (repo / ".device/aside").exists()
+    assert (repo / "campaigns/path-x-seed/pathfinder/best.pt").read_bytes() == b"seed"
+    assert git(repo, "status", "--porcelain") == ""
+    assert carry(repo, "back").returncode == 2  # nothing carried
