@@ -125,10 +125,7 @@ stop_detached() {  # stop_detached PATTERN: ask each detached command named PATT
     for f in /tmp/lra/pids/$1.pid; do
         [ -f "$f" ] && kill -TERM "$(cat "$f")" 2> /dev/null && echo "asked $(basename "$f" .pid) to stop" >&2
     done
-    for f in /tmp/lra/pids/$1.pid; do
-        [ -f "$f" ] || continue
-        while kill -0 "$(cat "$f")" 2> /dev/null && [ "$(left)" -gt 15 ]; do sleep 1; done
-    done
+    FLOOR=15 wait_detached "$1"
 }
 
 alive() {  # alive PATTERN: whether a detached command named PATTERN is still running

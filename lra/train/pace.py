@@ -41,8 +41,7 @@ class Pace:
         """Why the loop stops after `step`, the same on every rank: the signal's name where one asked
         (lra.core.signals.STOP), 'time' where the steps up to the next logging point (and what comes there) would
         not fit the budget, None to go on."""
-        reason = STOP.signal if STOP.requested else None if self._fits_next(step, ckpt_every) else "time"
-        return dist.broadcast_object(reason)
+        return dist.broadcast_object(STOP.signal or (None if self._fits_next(step, ckpt_every) else "time"))
 
     def _fits_next(self, step: int, ckpt_every: int) -> bool:
         if self.pacer is None:
