@@ -31,8 +31,7 @@ put)
     done
     cp -r ".device/states/$name" "campaigns/$name"
     echo "campaigns/$name in place; set aside: $(cd "$aside" && ls | tr '\n' ' ')" >&2
-    echo "the tree a call carries: $(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2> /dev/null |
-        tail -n 1 | cut -f1 | numfmt --to=iec-i) of its 64 MiB" >&2
+    bash "$(dirname "$0")/carry_size.sh" || true  # what the resuming calls will carry
     ;;
 back)
     [ -f "$aside/.carried" ] || { echo "nothing is being carried ($aside/.carried is missing)" >&2; exit 2; }

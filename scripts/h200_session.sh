@@ -41,12 +41,11 @@
 #            runs on cores 0-3 for those tasks, one after another while the draw lasts (the GPU is idle till then).
 #            BESIDE_KERNEL=1 (first call): the same for the `kernel` phase's dropout run (SEQS=1k,16k keeps it to about
 #            the draw's time); the pilots and campaigns start once both have ended, so nothing shares the GPU with it
-#            Carry .device/data.tgz (Path-X's target pairs, 24 MiB gzipped: `lra data prepare path-x --preset
-#            curriculum --targets-only` with LRA_DATA=.device/data on any machine, then `tar czf .device/data.tgz -C
-#            .device/data .`) and the draw takes ~3.5x less time; chains of their own (CAMPAIGN_FROM=none) also
-#            .device/data64.tgz (Path-64's, the same way)
+#            Carry .device/data.txz (Path-X's target pairs, 16.5 MB: `bash scripts/pack_pairs.sh path-x` on any
+#            machine) and the draw takes ~3.5x less time; chains of their own (CAMPAIGN_FROM=none) also
+#            .device/data64.txz (Path-64's, `pack_pairs.sh path-64`: both fit one call beside the tree)
 #        path-256: the same for Path-256 (issue 36's second target): its draw, then the campaigns of
-#            scripts/path_256_campaigns.txt as campaigns/path-256-NAME (no pilots); carry .device/data256.tgz
+#            scripts/path_256_campaigns.txt as campaigns/path-256-NAME (no pilots); carry .device/data256.txz
 # LIMIT_S  wall seconds this call may use (keep it 40 s under the call's timeout: the archive is written after)
 # COMMIT   the commit being run (the copied .git is stale): goes into every record
 # CAMPAIGN_END (path-x): seconds from this call's start to the session's end, less ~100 s for the last archive: the
@@ -86,14 +85,16 @@ if [ -n "$(find /tmp/lra/pids /tmp/lra/logs -maxdepth 1 -type f -mmin +60 2> /de
     echo "set aside an earlier session's files: $earlier" >&2
 fi
 mkdir -p "$LOGS" "$LRA_RESULTS" "$LRA_RUNS" /tmp/lra/pids "$LRA_DATA"
-# Target pairs drawn ahead on another machine (`LRA_DATA=.device/data lra data prepare path-x --preset curriculum
-# --targets-only`; Path-64's in .device/data64, Path-256's in .device/data256): the draws take them and skip the costly
-# part of each image (tasks/_pathfinder/targets.py; Path-X's draw 3.5x faster). Kept in $LRA_DATA while the machine
-# stays warm. A call carries 64 MiB with the tracked tree (36 MiB with four campaigns' state): carry them gzipped
-# (`tar czf .device/data.tgz -C .device/data .`: 24 MiB for Path-X's, 25 for Path-256's), a folder or its .tgz.
+# Target pairs drawn ahead on another machine (`bash scripts/pack_pairs.sh TASK`: .device/data.txz for Path-X's,
+# data64.txz for Path-64's, data256.txz for Path-256's): the draws take them and skip the costly part of each image
+# (tasks/_pathfinder/targets.py; Path-X's draw 3.5x faster). Kept in $LRA_DATA while the machine stays warm. A call
+# carries 64 MiB with the tree (`bash scripts/carry_size.sh PATH...` says what a call would hold); a drawn folder
+# (.device/data) is taken as well, and gzip archives (.tgz) of before.
 for pairs in .device/data .device/data64 .device/data256; do
     if [ -d "$pairs" ]; then cp -rn "$pairs"/. "$LRA_DATA"/; fi
-    if [ -f "$pairs.tgz" ]; then tar xzf "$pairs.tgz" -C "$LRA_DATA" --skip-old-files; fi
+    for archive in "$pairs.txz" "$pairs.tgz"; do
+        [ ! -f "$archive" ] || python3 scripts/unpack_pairs.py "$LRA_DATA" "$archive"
+    done
 done
 left() { echo $((LIMIT - ($(date +%s) - START))); }
 lra() { python3 -m lra "$@"; }

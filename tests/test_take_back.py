@@ -145,7 +145,7 @@ def test_a_path_256_state_is_carried_in_the_tree_with_the_seed_chains_aside_and_
     assert put.returncode == 0, put.stderr
     assert (repo / "campaigns/path-256-t/pathfinder/best.pt").read_bytes() == b"kept"
     assert not (repo / "campaigns/path-x-seed").exists() and (repo / "campaigns" / source).is_dir()
-    assert "of its 64 MiB" in put.stderr
+    assert "of a call's 64MiB" in put.stderr
     assert carry(repo, "put", "path-256-t").returncode == 2  # a carry in progress
 
     # a call that resumed the stage and one that brought a seed chain's state home: only the latter is committed

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# What a device call would carry: the work tree (tracked files present and untracked ones git does not ignore) and
+# each PATH named in its `carry`, against the call's 64 MiB. Run in the repository root before a call:
+#
+#     bash scripts/carry_size.sh [PATH...]     # e.g. .device/data64.txz .device/data.txz
+#
+# Exits 1 when the sum is over: the call would be refused, so carry less (docs/path_x_campaign.md says what fits).
+set -euo pipefail
+bytes() { du -cb --apparent-size "$@" 2> /dev/null | tail -n 1 | cut -f1; }
+mib() { numfmt --to=iec-i --suffix=B --format=%.1f --round=nearest "$1"; }
+# du skips the tracked files missing from the tree (set aside by carry_state.sh: they do not travel either)
+tree=$( (git ls-files -co --exclude-standard -z | du -cb --apparent-size --files0-from=- 2> /dev/null || true) |
+    tail -n 1 | cut -f1)
+total=$tree
+line="the tree $(mib "$tree")"
+for path in "$@"; do
+    [ -e "$path" ] || { echo "carry_size: $path does not exist" >&2; exit 2; }
+    size=$(bytes "$path")
+    total=$((total + size))
+    line+=" + $path $(mib "$size")"
+done
+limit=$((64 * 1024 * 1024))
+echo "$line = $(mib "$total") of a call's 64MiB" >&2
+[ "$total" -le "$limit" ] || { echo "over by $(mib $((total - limit))): carry less" >&2; exit 1; }

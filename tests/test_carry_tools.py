@@ -1,0 +1,104 @@
+"""scripts/unpack_pairs.py (carried target pairs into a lent machine's cache, keeping what is there) and
+scripts/carry_size.sh (what a device call would carry, against its 64 MiB)."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def archive(path: Path, files: dict[str, bytes], mode: str) -> Path:
+    """A tar archive at `path` (mode "w:xz" or "w:gz") holding `files`, named as `tar -C DIR .` names them."""
+    with tarfile.open(path, mode) as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(f"./{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def unpack(dest: Path, *archives: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPTS / "unpack_pairs.py"), str(dest), *map(str, archives)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+
+
+def test_pairs_unpack_from_xz_and_gzip_and_files_already_there_stay(tmp_path):
+    pairs = {"path-x/v2/targets-train/starts.npy": b"x" * 1000, "path-x/v2/meta.json": b"{}"}
+    xz = archive(tmp_path / "data.txz", pairs, "w:xz")
+    gz = archive(tmp_path / "data64.tgz", {"path-64/v2/targets-val/starts.npy": b"sixty-four"}, "w:gz")
+    dest = tmp_path / "cache"
+    (dest / "path-x/v2").mkdir(parents=True)
+    (dest / "path-x/v2/meta.json").write_bytes(b"drawn here")  # the machine's own: kept
+
+    done = unpack(dest, xz, gz)
+    assert done.returncode == 0, done.stderr
+    assert (dest / "path-x/v2/targets-train/starts.npy").read_bytes() == b"x" * 1000
+    assert (dest / "path-64/v2/targets-val/starts.npy").read_bytes() == b"sixty-four"
+    assert (dest / "path-x/v2/meta.json").read_bytes() == b"drawn here"
+    assert "data.txz: 1 files" in done.stderr and "data64.tgz: 1 files" in done.stderr
+
+    again = unpack(dest, xz)  # a second call of a warm machine
+    assert again.returncode == 0 and "data.txz: 0 files" in again.stderr
+
+
+def test_a_damaged_archive_leaves_nothing_and_the_others_still_unpack(tmp_path):
+    whole = archive(tmp_path / "data64.txz", {"path-64/a.npy": b"a"}, "w:xz")
+    damaged = tmp_path / "data.txz"
+    damaged.write_bytes(archive(tmp_path / "full.txz", {"path-x/b.npy": os.urandom(4096)}, "w:xz").read_bytes()[:200])
+    done = unpack(tmp_path / "cache", damaged, whole)
+    assert done.returncode == 0
+    assert "data.txz" in done.stderr and "drawn on this machine" in done.stderr
+    assert (tmp_path / "cache/path-64/a.npy").read_bytes() == b"a"
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["path-64"]  # nothing of it half-written
+
+
+@pytest.mark.skipif(not hasattr(tarfile, "data_filter"), reason="this Python's tarfile has no extraction filters")
+def test_a_member_outside_the_cache_is_refused(tmp_path):
+    bad = tmp_path / "bad.txz"
+    with tarfile.open(bad, "w:xz") as tar:
+        info = tarfile.TarInfo("../escaped.npy")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"e"))
+    done = unpack(tmp_path / "cache", bad)
+    assert done.returncode == 0 and "bad.txz" in done.stderr
+    assert not (tmp_path / "escaped.npy").exists()
+
+
+@pytest.mark.skipif(shutil.which("git") is None or shutil.which("numfmt") is None, reason="needs git, numfmt")
+def test_carry_size_adds_the_tree_and_the_carries_and_fails_over_64_mib(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    (repo / ".gitignore").write_text("/.device/\n")
+    (repo / "tracked.bin").write_bytes(b"t" * (10 << 20))
+    (repo / "aside.bin").write_bytes(b"a" * (30 << 20))
+    subprocess.run(["git", "add", "tracked.bin", "aside.bin"], cwd=repo, check=True)
+    (repo / "aside.bin").unlink()  # tracked but out of the tree (carry_state.sh sets folders aside): not carried
+    (repo / ".device").mkdir()
+    with open(repo / ".device/pairs.txz", "wb") as f:  # sparse: its apparent size is what a carry counts
+        f.truncate(50 << 20)
+
+    def size(*paths: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", str(SCRIPTS / "carry_size.sh"), *paths], cwd=repo, capture_output=True, text=True
+        )
+
+    fits = size(".device/pairs.txz")
+    assert fits.returncode == 0, fits.stderr
+    assert "the tree 10.0MiB" in fits.stderr and "= 60.0MiB of a call's 64MiB" in fits.stderr  # .gitignore: ~0
+    (repo / "untracked.bin").write_bytes(b"u" * (5 << 20))  # not ignored: it travels too
+    over = size(".device/pairs.txz")
+    assert over.returncode == 1 and "over by 1.0MiB" in over.stderr
+    missing = size(".device/none.txz")
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
