@@ -55,6 +55,8 @@ def rate_rule(train_keys: np.ndarray, train_labels: np.ndarray, test_keys: np.nd
 
 
 def mlp_rule(res: int, train_m: np.ndarray, train_labels: np.ndarray, test_m: np.ndarray) -> np.ndarray:
+    """Labels of the test images from a small MLP fitted on the training images' centres and their offset."""
+
     def feats(m: np.ndarray) -> torch.Tensor:
         d = m[:, 0] - m[:, 1]
         x = np.concatenate([m.reshape(len(m), 4), np.abs(d), np.hypot(d[:, 0], d[:, 1])[:, None]], 1) / res
@@ -76,6 +78,8 @@ def mlp_rule(res: int, train_m: np.ndarray, train_labels: np.ndarray, test_m: np
 
 
 def main(argv: list[str]) -> None:
+    if not argv or argv[0] not in ("32", "64", "128", "256"):
+        sys.exit("usage: python scripts/markers_baseline.py RES [N_TRAIN N_TEST]  (RES: 32, 64, 128 or 256)")
     res = int(argv[0])
     n_train, n_test = (int(a) for a in argv[1:3]) if len(argv) >= 3 else (40000, 20000)
     with Pool() as pool:
