@@ -76,9 +76,10 @@ def draw_seconds(task, workers: int) -> float:
     return core_s / workers
 
 
-def stopped_word() -> str:
-    """How the ledger says a session ended on request: 'stopped (SIGTERM)', or 'stopped' when no signal asked."""
-    return f"stopped ({STOP.signal})" if STOP.requested else "stopped"
+def ended_early(otherwise: str) -> str:
+    """How the ledger says a session ended before its work did: 'stopped (SIGTERM)' where a signal asked (STOP),
+    else `otherwise` (the reason the caller knows: 'time limit', or 'stopped' by the run's own stop_after)."""
+    return f"stopped ({STOP.signal})" if STOP.requested else otherwise
 
 
 def chance_margin(majority: float, n: int) -> float:
@@ -205,7 +206,7 @@ class Session:
         try:
             for stage in self.stages:
                 if STOP.requested:  # asked while the last stage ended: the next one waits for the next session
-                    ended = stopped_word()
+                    ended = ended_early("stopped")
                     break
                 if self.dir(stage).finished:
                     self.settle(stage)
@@ -266,19 +267,19 @@ class Session:
             return "time limit"
         self.entry["work"].append(item)
         if draw and self.draw(stage, item, started) == "running":
-            return stopped_word() if STOP.requested else "time limit"
+            return ended_early("time limit")
         prefetch = self.prefetch_next(stage, item)
         try:
             out = self.train(stage, on_eval=lambda step, _model: self.note_progress(item, started, step))
             self.note_training(stage, out, item, started)
             if "stopped_at" in out:
                 self.save()
-                return "time limit" if "time_limit_s" in out else stopped_word()
+                return "time limit" if "time_limit_s" in out else ended_early("stopped")
             self.finish(stage, out)
             if (ended := self.gate(stage)) is not None:
                 return ended
             if prefetch is not None and self.await_prefetch(prefetch, item) == "running":
-                return stopped_word() if STOP.requested else "time limit"
+                return ended_early("time limit")
             return None
         finally:
             if prefetch is not None:
