@@ -8,7 +8,7 @@
 set -euo pipefail
 bytes() { du -cb --apparent-size "$@" 2> /dev/null | tail -n 1 | cut -f1; }
 mib() { numfmt --to=iec-i --suffix=B --format=%.1f --round=nearest "$1"; }
-# du skips the tracked files missing from the tree (set aside by carry_state.sh: they do not travel either)
+# du skips the tracked files missing from the tree (deleted, not yet committed: they do not travel either)
 tree=$( (git ls-files -co --exclude-standard -z | du -cb --apparent-size --files0-from=- 2> /dev/null || true) |
     tail -n 1 | cut -f1)
 total=$tree

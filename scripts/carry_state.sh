@@ -1,51 +1,45 @@
 #!/usr/bin/env bash
-# A Path-256 stage cut short by a lost machine, carried to the next one (docs/path_x_campaign.md, round 7's call 5).
-# Its state (20-50 MB) is kept by scripts/take_back.sh in the git-ignored .device/states/NAME; a call carries the
-# work tree and at most 64 MiB in all, so the state travels as untracked files in campaigns/NAME while the other
-# campaign folders (the seed chains) wait outside the tree. Run here, in the repository root:
+# A Path-256 stage cut short by a lost machine, carried to the next one (docs/path_x_campaign.md, round 9). Its state
+# (35-50 MB: the 65,536-position table in best.pt and last.pt) is kept by scripts/take_back.sh in the git-ignored
+# .device/states/NAME, which a new session on a new VM would not have. Packed with xz at its largest window it is
+# ~7 MB (the frozen table is the Path-X table tiled, and best.pt and last.pt share it), small enough to commit and to
+# travel in the tree beside the stage's pairs. Run here, in the repository root:
 #
-#     bash scripts/carry_state.sh put NAME    # before the calls that resume it (NAME: e.g. path-256-via-x-mirror-24k)
-#     bash scripts/carry_state.sh back        # once they are done, before anything is committed by hand
+#     bash scripts/carry_state.sh pack NAME   # at a session's end, a stage not done (NAME: e.g. path-256-via-x-mirror-24k)
+#     bash scripts/carry_state.sh drop NAME   # once the stage has ended and its record is curated
 #
-# put: .device/states/NAME -> campaigns/NAME (untracked), every other campaigns/ folder but the session script's
-#      --from source (SOURCE in scripts/h200_session.sh) moved to .device/aside/; the tree's size is printed.
-# back: campaigns/NAME removed (take_back.sh has kept its newest copy in .device/states/NAME), the folders put back;
-#      the work tree's campaigns/ is then as committed.
-# Draw the pairs on the new machine first (a call with CAMPAIGNS=0 and the pairs carried: both do not fit one call).
-# take_back.sh stays safe between the calls: it commits only the folders a call brought home.
+# pack: .device/states/NAME -> campaigns/NAME.txz, committed; scripts/h200_session.sh unpacks it where the machine has
+#       no state of NAME, so the next session resumes in one call (`carry: [".device/data256.txz"]`).
+# drop: campaigns/NAME.txz removed and the removal committed.
 set -euo pipefail
-aside=.device/aside
-source_name=$(sed -n 's/^SOURCE=\(\S*\).*/\1/p' "$(dirname "$0")/h200_session.sh")
-[ -n "$source_name" ] || { echo "scripts/h200_session.sh names no SOURCE" >&2; exit 2; }
+name=${2:-}
+[ -n "$name" ] && [ "$name" = "$(basename "$name")" ] || { echo "usage: $0 pack NAME | drop NAME" >&2; exit 2; }
+packed=campaigns/$name.txz
 case ${1:-} in
-put)
-    name=${2:?give the NAME of a folder of .device/states}
-    [ -d ".device/states/$name" ] || { echo "no kept state .device/states/$name (take_back.sh keeps them)" >&2; exit 2; }
-    [ ! -e "$aside" ] || { echo "$aside exists: a carry is in progress; run \`$0 back\` first" >&2; exit 2; }
-    [ ! -e "campaigns/$name" ] || { echo "campaigns/$name exists: nothing moved" >&2; exit 2; }
-    mkdir -p "$aside"
-    echo "$name" > "$aside/.carried"
-    for folder in campaigns/*/; do
-        folder=${folder%/}
-        [ "$(basename "$folder")" = "$source_name" ] || mv "$folder" "$aside/"
-    done
-    cp -r ".device/states/$name" "campaigns/$name"
-    echo "campaigns/$name in place; set aside: $(cd "$aside" && ls | tr '\n' ' ')" >&2
-    bash "$(dirname "$0")/carry_size.sh" || true  # what the resuming calls will carry
+pack)
+    [ -f ".device/states/$name/campaign.json" ] || {
+        echo "no kept state .device/states/$name (take_back.sh keeps a Path-256 state there)" >&2; exit 2; }
+    mkdir -p campaigns
+    python3 - ".device/states/$name" "$packed.new" "$name" <<'PY'
+import sys, tarfile
+source, out, name = sys.argv[1:]
+with tarfile.open(out, "w:xz", preset=9) as tar:  # preset 9: a 64 MB window, wide enough to find the tiled table
+    tar.add(source, arcname=name)
+PY
+    mv "$packed.new" "$packed"
+    git add "$packed"
+    git commit -q -m "packed state of $name (a stage cut short; scripts/carry_state.sh)" -- "$packed"
+    echo "$packed: $(du -h "$packed" | cut -f1), committed" >&2
+    bash "$(dirname "$0")/carry_size.sh" .device/data256.txz || true  # what the resuming call carries
     ;;
-back)
-    [ -f "$aside/.carried" ] || { echo "nothing is being carried ($aside/.carried is missing)" >&2; exit 2; }
-    name=$(cat "$aside/.carried")
-    rm -rf "campaigns/${name:?}"
-    for folder in "$aside"/*/; do
-        [ -d "$folder" ] && mv "${folder%/}" campaigns/
-    done
-    rm -f "$aside/.carried" && rmdir "$aside"
-    git status --short -- campaigns
-    echo "campaigns/ as before; $name's newest state is in .device/states/$name" >&2
+drop)
+    [ -f "$packed" ] || { echo "no $packed to drop" >&2; exit 2; }
+    git rm -q "$packed"
+    git commit -q -m "drop the packed state of $name (its stage has ended)" -- "$packed"
+    echo "$packed removed" >&2
     ;;
 *)
-    echo "usage: $0 put NAME | back" >&2
+    echo "usage: $0 pack NAME | drop NAME" >&2
     exit 2
     ;;
 esac

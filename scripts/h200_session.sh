@@ -93,7 +93,7 @@ mkdir -p "$LOGS" "$LRA_RESULTS" "$LRA_RUNS" /tmp/lra/pids "$LRA_DATA"
 for pairs in .device/data .device/data64 .device/data256; do
     if [ -d "$pairs" ]; then cp -rn "$pairs"/. "$LRA_DATA"/; fi
     for archive in "$pairs.txz" "$pairs.tgz"; do
-        [ ! -f "$archive" ] || python3 scripts/unpack_pairs.py "$LRA_DATA" "$archive"
+        [ ! -f "$archive" ] || python3 scripts/unpack_carry.py "$LRA_DATA" "$archive"
     done
 done
 left() { echo $((LIMIT - ($(date +%s) - START))); }
@@ -225,6 +225,9 @@ campaigns() {  # start CAMPAIGN_FILE's campaigns, each as TARGET-NAME (--from $S
         [ -z "$name" ] || [ "${name:0:1}" = "#" ] || started "campaign-$TARGET-$name" && continue
         state=/tmp/lra/campaigns/$TARGET-$name
         [ -d "$state" ] || { [ -d "campaigns/$TARGET-$name" ] && cp -r "campaigns/$TARGET-$name" "$state"; }
+        # a Path-256 stage cut short in an earlier session, packed by scripts/carry_state.sh
+        [ -d "$state" ] || [ ! -f "campaigns/$TARGET-$name.txz" ] ||
+            python3 scripts/unpack_carry.py /tmp/lra/campaigns "campaigns/$TARGET-$name.txz"
         # shellcheck disable=SC2086
         detach "campaign-$TARGET-$name" campaign "$TARGET" --attn "${CAMPAIGN_ATTN:-$attn}" --state "$state" "${from[@]}" \
             --device "$DEVICE" --workers 15 --time-limit "$(session_left)s" ${SMALL:-} $settings

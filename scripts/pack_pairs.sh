@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Draw a generated Pathfinder task's target pairs on this machine and pack them to carry to a lent one, where
-# scripts/h200_session.sh unpacks them (scripts/unpack_pairs.py) and the draw of the images takes ~3.5x less time.
+# scripts/h200_session.sh unpacks them (scripts/unpack_carry.py) and the draw of the images takes ~3.5x less time.
 # Run in the repository root, with the project's environment active:
 #
 #     bash scripts/pack_pairs.sh TASK      # path-64, path-x or path-256: .device/data64.txz, data.txz, data256.txz

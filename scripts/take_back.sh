@@ -9,8 +9,8 @@
 # its results/ by hand once a stage is done). Takes a second or two: the next call must still come within 30 s.
 # Path-256's state folders (path-256-*) are not committed: 20-50 MB with their 65,536-position tables, they would not
 # fit beside the next call's pairs in its 64 MiB, so a Path-256 stage ends within its session and its record is what
-# comes home (the archive's results/). Each is kept in the git-ignored .device/states/NAME instead: a stage cut short
-# by a lost machine resumes from it on a new one in two calls (docs/path_x_campaign.md, round 7's results, call 5).
+# comes home (the archive's results/). Each is kept in the git-ignored .device/states/NAME instead: for a stage cut
+# short by a lost machine, `bash scripts/carry_state.sh pack NAME` at the session's end commits it packed (~7 MB).
 set -euo pipefail
 files_at=${1:?give the call\'s files_at folder}
 unpacked=$(mktemp -d)
@@ -23,16 +23,15 @@ fi
 [ -f "$archive" ] || { echo "no back.tgz or back.tgz.part* in $files_at: was the call's OUT written?" >&2; exit 2; }
 tar -xzf "$archive" -C "$unpacked" campaigns 2> /dev/null || { echo "no campaigns/ in $archive: nothing to commit"; exit 0; }
 mkdir -p campaigns
-taken=()  # the folders this call brought home: the commit names them, and nothing else (a folder set aside by
-# scripts/carry_state.sh is missing from the work tree for a while, and must not be committed as deleted)
+taken=()  # the folders this call brought home: the commit names them, and nothing else
 for state in "$unpacked"/campaigns/*/; do
     name=$(basename "$state")
     [ -f "$state/campaign.json" ] || { echo "skipping $name: no campaign.json" >&2; continue; }
     case $name in
     path-256-*)
         rm -rf ".device/states/$name" && mkdir -p .device/states && cp -r "$state" ".device/states/$name"
-        echo "not committing $name: a Path-256 state is too big to carry beside its pairs (see the header); kept in" \
-            ".device/states/$name" >&2
+        echo "not committing $name: a Path-256 state is too big to commit as it is (see the header); kept in" \
+            ".device/states/$name (if its stage is cut short: bash scripts/carry_state.sh pack $name)" >&2
         continue
         ;;
     esac

@@ -1,10 +1,10 @@
-"""scripts/unpack_pairs.py (carried target pairs into a lent machine's cache, keeping what is there) and
+"""scripts/unpack_carry.py (carried target pairs into a lent machine's cache, keeping what is there) and
 scripts/carry_size.sh (what a device call would carry, against its 64 MiB)."""
 
 from __future__ import annotations
 
 import io
-import os
+import random
 import shutil
 import subprocess
 import sys
@@ -28,7 +28,7 @@ def archive(path: Path, files: dict[str, bytes], mode: str) -> Path:
 
 def unpack(dest: Path, *archives: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(SCRIPTS / "unpack_pairs.py"), str(dest), *map(str, archives)],
+        [sys.executable, str(SCRIPTS / "unpack_carry.py"), str(dest), *map(str, archives)],
         capture_output=True, text=True,
     )  # fmt: skip
 
@@ -55,10 +55,11 @@ def test_pairs_unpack_from_xz_and_gzip_and_files_already_there_stay(tmp_path):
 def test_a_damaged_archive_leaves_nothing_and_the_others_still_unpack(tmp_path):
     whole = archive(tmp_path / "data64.txz", {"path-64/a.npy": b"a"}, "w:xz")
     damaged = tmp_path / "data.txz"
-    damaged.write_bytes(archive(tmp_path / "full.txz", {"path-x/b.npy": os.urandom(4096)}, "w:xz").read_bytes()[:200])
+    full = archive(tmp_path / "full.txz", {"path-x/b.npy": random.Random(0).randbytes(4096)}, "w:xz")
+    damaged.write_bytes(full.read_bytes()[:200])
     done = unpack(tmp_path / "cache", damaged, whole)
     assert done.returncode == 0
-    assert "data.txz" in done.stderr and "drawn on this machine" in done.stderr
+    assert "data.txz" in done.stderr and "nothing unpacked from it" in done.stderr
     assert (tmp_path / "cache/path-64/a.npy").read_bytes() == b"a"
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["path-64"]  # nothing of it half-written
 

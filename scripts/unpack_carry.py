@@ -1,10 +1,12 @@
-"""Unpack carried target-pair archives into the data cache of a lent machine, keeping what is already there.
+"""Unpack archives a device call carried onto the lent machine, keeping what is already there.
 
-    python3 scripts/unpack_pairs.py DEST ARCHIVE...
+    python3 scripts/unpack_carry.py DEST ARCHIVE...
 
-scripts/h200_session.sh runs it at the start of every call on the archives a call carried (scripts/pack_pairs.sh
-writes them: xz, `.txz`; gzip `.tgz` archives from before are read the same way). A file already in DEST stays as it
-is, whether the machine drew it or an earlier call unpacked it, so a second call of a warm machine costs nothing.
+scripts/h200_session.sh runs it at the start of every call on the target pairs the call carried into the data cache
+(scripts/pack_pairs.sh writes them: xz, `.txz`; gzip `.tgz` archives from before are read the same way), and on a
+Path-256 campaign's packed state (campaigns/NAME.txz, scripts/carry_state.sh) into its campaigns folder. A file
+already in DEST stays as it is, whether the machine wrote it or an earlier call unpacked it, so a second call of a
+warm machine costs nothing.
 Python's tarfile, not `tar -J`: a lent machine is not known to have the xz program, and its Python reads xz itself.
 """
 
@@ -44,17 +46,17 @@ def unpack(archive: Path, dest: Path) -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
-        print("usage: python3 scripts/unpack_pairs.py DEST ARCHIVE...", file=sys.stderr)
+        print("usage: python3 scripts/unpack_carry.py DEST ARCHIVE...", file=sys.stderr)
         return 2
     dest = Path(argv[0])
     dest.mkdir(parents=True, exist_ok=True)
     for archive in map(Path, argv[1:]):
         try:
             count = unpack(archive, dest)
-        except DAMAGED as e:  # a damaged carry: the draws then start from scratch, slower
-            print(f"unpack_pairs: {archive}: {e}; its task's pairs will be drawn on this machine", file=sys.stderr)
+        except DAMAGED as e:  # a damaged carry: what it held is then drawn (pairs) or trained (a state) afresh
+            print(f"unpack_carry: {archive}: {e}; nothing unpacked from it", file=sys.stderr)
             continue
-        print(f"unpack_pairs: {archive}: {count} files into {dest}", file=sys.stderr)
+        print(f"unpack_carry: {archive}: {count} files into {dest}", file=sys.stderr)
     return 0
 
 
