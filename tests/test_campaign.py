@@ -92,6 +92,10 @@ def test_a_campaign_stops_on_time_resumes_and_moves_on_with_positions_upsampled(
     argv = ["campaign", "path-64", "--attn", "naive", "--state", str(state), "--preset", "tiny", "--device", "cpu",
             "--data-dir", str(tmp_path / "data"), "--results", str(tmp_path / "results"), "--past-chance",
             "--no-prefetch"]  # fmt: skip
+    capsys.readouterr()
+    assert main([*argv, "--dry-run", *[w for s in SETS for w in ("--set", s)]]) == 0  # where it resumes
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"running, {stopped_at}/12 steps, last.pt at step {stopped_at} (it resumes there)" in said
     assert main([*argv, *[w for s in SETS for w in ("--set", s)]]) == 0
     ledger = json.loads((state / LEDGER).read_text())
     s2 = ledger["sessions"][2]

@@ -85,6 +85,7 @@ def show_plan(opts) -> int:
     from lra.campaign.ledger import read_ledger
     from lra.campaign.plan import plan_stages
     from lra.core.progress import out
+    from lra.train.checkpoint import load_checkpoint
     from lra.train.rundir import RunDir
 
     stages = plan_stages(
@@ -104,6 +105,9 @@ def show_plan(opts) -> int:
         if changed is not None:
             status += f" with other settings (config hash {changed[0]}, now {changed[1]}: a new --state)"
         steps = f"{entry.get('steps', 0)}/{s.steps} steps"
+        run = RunDir(opts.state / s.task)
+        if run.last.is_file() and not run.finished:  # the ledger's count lags when a machine was lost mid-stage
+            steps += f", last.pt at step {load_checkpoint(run.last)['step']} (it resumes there)"
         start = f"from {s.init_from}" if s.init_from else "from scratch"
         out.print(f"{s.index}. {s.task} ({start}): {status}, {steps}", highlight=False)
     if ledger:
