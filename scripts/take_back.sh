@@ -7,8 +7,8 @@
 # FILES_AT  the call's files_at folder (it holds back.tgz, or its parts back.tgz.part0, back.tgz.part1, ...)
 # Every campaign state folder in the archive replaces campaigns/NAME; nothing else is touched (curate the records in
 # its results/ by hand once a stage is done). Takes a second or two: the next call must still come within 30 s.
-# Path-256's state folders (path-256-*) are not committed: 20-50 MB with their 65,536-position tables, they would not
-# fit beside the next call's pairs in its 64 MiB, so a Path-256 stage ends within its session and its record is what
+# Path-256's state folders (path-256-*) are not committed: 35-50 MB with their 65,536-position tables, too big to add
+# to the history after every call; a Path-256 stage ends within its session where it can, and its record is what
 # comes home (the archive's results/). Each is kept in the git-ignored .device/states/NAME instead: for a stage cut
 # short by a lost machine, `bash scripts/carry_state.sh pack NAME` at the session's end commits it packed (~7 MB).
 set -euo pipefail
