@@ -197,15 +197,17 @@ bench_speed() {  # bench_speed TASK: issue 34's speed table for one task, every 
 kernel_table() {  # issue 33's table, one `lra bench attention` run per dropout value (DROPOUTS; PIN: cores)
     # flash (and its one-pass backward) beside the SDPA kernels; with dropout also flash with the forward's registers
     # left to the compiler (maxnreg=0): the default caps them at 128 under dropout at head dim 8 since two H100 runs
-    # (docs/flash_kernel.md, v8), and this keeps the uncapped kernel measured beside it
-    local p caps
+    # (docs/flash_kernel.md, v8), and this keeps the uncapped kernel measured beside it; without dropout also the
+    # tiles head dim 8 had before they were tuned for dropout (v5: forward 128 x 32, backward 32 x 128), whether a
+    # dropout-dependent table would make evaluation faster
+    local p variant
     for p in ${DROPOUTS:-0.1 0}; do
-        caps=""
-        [ "$p" = 0 ] || caps=",flash@maxnreg=0"
+        variant=",flash@maxnreg=0"
+        [ "$p" != 0 ] || variant=",flash@block_m=128@block_n=32@bwd_block_n=128"
         # shellcheck disable=SC2086
         timeout "$(left)" ${PIN:-} python3 -m lra bench attention --device "$DEVICE" --dropout "$p" \
             --seq "${SEQS:-1k,4k,16k}" --head-dim "${HEAD_DIMS:-8,16}" \
-            --attn "flash,flash@deterministic=false$caps,${PEERS:-sdpa_flash,sdpa_cudnn}" ${KERNEL_ARGS:-} \
+            --attn "flash,flash@deterministic=false$variant,${PEERS:-sdpa_flash,sdpa_cudnn}" ${KERNEL_ARGS:-} \
             > "$LOGS/kernel-p$p.log" 2>&1
     done
 }
