@@ -85,7 +85,7 @@ def test_carry_size_adds_the_tree_and_the_carries_and_fails_over_64_mib(tmp_path
     (repo / "tracked.bin").write_bytes(b"t" * (10 << 20))
     (repo / "aside.bin").write_bytes(b"a" * (30 << 20))
     subprocess.run(["git", "add", "tracked.bin", "aside.bin"], cwd=repo, check=True)
-    (repo / "aside.bin").unlink()  # tracked but out of the tree (carry_state.sh sets folders aside): not carried
+    (repo / "aside.bin").unlink()  # tracked but deleted from the tree, not yet committed: not carried
     (repo / ".device").mkdir()
     with open(repo / ".device/pairs.txz", "wb") as f:  # sparse: its apparent size is what a carry counts
         f.truncate(50 << 20)
