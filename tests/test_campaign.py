@@ -61,8 +61,10 @@ def test_the_curriculum_chain_comes_from_the_presets():
     assert [s.steps for s in stages][-1] == 100 and all(s.config.train.seed == 3 for s in stages)
     model = stages[0].config.model
     assert (model.layers, model.dim, model.heads, model.pos_emb, model.pool) == (2, 64, 2, "learned", "mean_all")
-    assert [s.task for s in plan_stages("path-256", attn="flash", preset="curriculum", seed=0, overrides=[])] == [
-        "pathfinder", "path-64", "path-256"]  # fmt: skip
+    path_256 = plan_stages("path-256", attn="flash", preset="curriculum", seed=0, overrides=[])
+    assert [(s.task, s.init_from) for s in path_256] == [("pathfinder", None), ("path-64", "pathfinder"),
+                                                        ("path-x", "path-64"), ("path-256", "path-x")]  # fmt: skip
+    assert path_256[-1].config.train.init_positions == "mirror"  # Path-X's table tiled (round 9)
     assert split_sets(["a.b=1", "path-x:c.d=2"]) == (["a.b=1"], {"path-x": ["c.d=2"]})
     with pytest.raises(ConfigError, match="builds another model"):
         plan_stages("path-x", attn="flash", preset="curriculum", seed=0, overrides=["path-x:model.layers=3"])
