@@ -49,6 +49,13 @@ def main(argv: list[str]) -> int:
         print("usage: python3 scripts/unpack_carry.py DEST ARCHIVE...", file=sys.stderr)
         return 2
     dest = Path(argv[0])
+    if dest.exists() and not dest.is_dir():
+        print(
+            f"unpack_carry: DEST {dest} is a file, not a folder: the folder comes first "
+            "(python3 scripts/unpack_carry.py DEST ARCHIVE...); nothing unpacked",
+            file=sys.stderr,
+        )
+        return 2
     dest.mkdir(parents=True, exist_ok=True)
     for archive in map(Path, argv[1:]):
         try:

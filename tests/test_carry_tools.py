@@ -64,6 +64,15 @@ def test_a_damaged_archive_leaves_nothing_and_the_others_still_unpack(tmp_path):
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["path-64"]  # nothing of it half-written
 
 
+def test_swapped_arguments_are_refused_with_the_usage_and_the_archive_is_untouched(tmp_path):
+    carried = archive(tmp_path / "data.txz", {"path-x/a.npy": b"a"}, "w:xz")
+    before = carried.read_bytes()
+    done = unpack(carried, tmp_path / "cache")  # the archive where the folder belongs
+    assert done.returncode == 2
+    assert "is a file, not a folder" in done.stderr and "DEST ARCHIVE" in done.stderr
+    assert carried.read_bytes() == before and not (tmp_path / "cache").exists()
+
+
 @pytest.mark.skipif(not hasattr(tarfile, "data_filter"), reason="this Python's tarfile has no extraction filters")
 def test_a_member_outside_the_cache_is_refused(tmp_path):
     bad = tmp_path / "bad.txz"
