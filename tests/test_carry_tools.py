@@ -112,3 +112,9 @@ def test_carry_size_adds_the_tree_and_the_carries_and_fails_over_64_mib(tmp_path
     assert over.returncode == 1 and "over by 1.0MiB" in over.stderr
     missing = size(".device/none.txz")
     assert missing.returncode == 2 and "does not exist" in missing.stderr
+    (repo / "untracked.bin").unlink()
+    small = repo / "records"
+    small.mkdir()
+    for i in range(512):  # 512 files of 10 bytes: each counts a 4 KiB block, 2 MiB in all
+        (small / f"r{i}.json").write_bytes(b"0123456789")
+    assert "the tree 12.0MiB" in size().stderr
