@@ -1,5 +1,6 @@
-"""`lra data prepare|info|export|compare`: build or import task data into the cache, show what is there, export it,
-compare generated Pathfinder images with the original generator's (lra/cli/data_compare.py)."""
+"""`lra data prepare|info|export|compare|markers`: build or import task data into the cache, show what is there, export
+it, compare generated Pathfinder images with the original generator's (lra/cli/data_compare.py), measure what their
+markers alone tell (lra/cli/data_markers.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import os
 from typing import Any
 
-from lra.cli import data_compare
+from lra.cli import data_compare, data_markers
 from lra.cli.args import add_data_dir, add_overrides
 from lra.core.errors import ConfigError, WriteError, write_reason
 from lra.core.progress import console, out
@@ -18,9 +19,10 @@ SPLIT_ORDER = ("train", "val", "test")
 
 
 def add_parser(sub) -> None:
-    """Add `data` with its `prepare`, `info`, `export` and `compare` sub-commands to the `lra` sub-parsers `sub`."""
+    """Add `data` with its `prepare`, `info`, `export`, `compare` and `markers` sub-commands to the `lra` sub-parsers
+    `sub`."""
     p = sub.add_parser("data", help="build, import, inspect or export task data")
-    dsub = p.add_subparsers(dest="data_cmd", required=True, metavar="{prepare,info,export,compare}")
+    dsub = p.add_subparsers(dest="data_cmd", required=True, metavar="{prepare,info,export,compare,markers}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--preset", default=None, help="use a preset's data settings (e.g. tiny)")
     add_overrides(common, example="data.num_train=1000")
@@ -50,6 +52,7 @@ def add_parser(sub) -> None:
     ex.add_argument("dir")
     ex.set_defaults(func=cmd_export)
     data_compare.add_parser(dsub)
+    data_markers.add_parser(dsub, common)
 
 
 def _build(name: str, args: argparse.Namespace):

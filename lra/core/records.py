@@ -1,9 +1,10 @@
 """The result records' schema: one constructor per record kind, a `schema` version in each, and the one reader.
 
 Every writer builds its record here (`run_record`, `bench_train_record`, `bench_attention_record`,
-`bench_tiles_record`, `numerics_forward_record`, `numerics_figure_record`, `numerics_weights_record`), and every
-consumer reads records through `read_record` (the results store's `load_records` does), which upgrades a record of an
-older schema to the current shape in memory; the files on disk are never rewritten. A record without a `schema`
+`bench_tiles_record`, `markers_baseline_record`, `numerics_forward_record`, `numerics_figure_record`,
+`numerics_weights_record`), and every consumer reads records through `read_record` (the results store's
+`load_records` does), which upgrades a record of an older schema to the current shape in memory; the files on disk
+are never rewritten. A record without a `schema`
 field is version 0: what the writers stored before this module. Its upgrade adds the fields the writers of the time
 did not write yet, with the value they meant by their absence, and renames the ones that changed name; fields the
 schema does not know (a curated record's `provenance`, say) are kept as they are.
@@ -155,6 +156,15 @@ def bench_tiles_record(
 ) -> Record:
     """The `lra bench tiles` sweep (kind 'bench_tiles'): per head dim every candidate's time and the best tiles."""
     return _record("bench_tiles", env, {"backend": backend, "dtype": dtype, "dropout": dropout, "results": results})
+
+
+def markers_baseline_record(
+    *, task: str, preset: str, data: dict[str, Any], metrics: dict[str, Any], env: Mapping[str, Any]
+) -> Record:
+    """What the two markers' places alone tell on a generated Pathfinder task (kind 'markers_baseline', `lra data
+    markers`): `data` the generator setting and the images used, `metrics` each markers-only classifier's test
+    accuracy and the majority class's."""
+    return _record("markers_baseline", env, {"task": task, "preset": preset, "data": data, "metrics": metrics})
 
 
 def numerics_forward_record(

@@ -3,6 +3,7 @@ differ from configs/, and smoke runs. Every measured cell aggregates the seeds o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from lra.results.aggregate import (
@@ -34,12 +35,20 @@ def preset_order(presets) -> list[str]:
     return [p for p in first if p in presets] + sorted(set(presets) - set(first))
 
 
-def accuracy_tables(runs: list[dict[str, Any]]) -> list[Table]:
-    """The per-preset accuracy tables, the runs with other settings, and the smoke runs."""
+def accuracy_tables(runs: list[dict[str, Any]], markers: Sequence[dict[str, Any]] = ()) -> list[Table]:
+    """The per-preset accuracy tables, the runs with other settings, and the smoke runs; `markers`: the
+    markers_baseline records (`lra data markers`), each noted under its preset's table."""
     trained = [r for r in runs if r.get("preset") != "tiny"]
     canonical = [r for r in trained if is_canonical(r)]
     presets = preset_order({r.get("preset", "default") for r in canonical} | {p.preset for p in PAPERS})
-    tables = [preset_table([r for r in canonical if r.get("preset", "default") == p], p) for p in presets]
+    tables = [
+        preset_table(
+            [r for r in canonical if r.get("preset", "default") == p],
+            p,
+            markers=[m for m in markers if m.get("preset") == p],
+        )
+        for p in presets
+    ]
     tables.append(other_runs_table([r for r in trained if not is_canonical(r)]))
     tables.append(preset_table([r for r in runs if r.get("preset") == "tiny"], "tiny", exact=False))
     return [t for t in tables if t is not None]
@@ -72,10 +81,13 @@ def _mean_acc(recs: list[dict[str, Any]] | None) -> float | None:
     return None if agg is None else 100 * agg.mean
 
 
-def preset_table(runs: list[dict[str, Any]], preset: str, exact: bool = True) -> Table | None:
+def preset_table(
+    runs: list[dict[str, Any]], preset: str, exact: bool = True, markers: Sequence[dict[str, Any]] = ()
+) -> Table | None:
     """Task x backend accuracy for one preset; the paper trained with that preset's recipe adds its rows.
 
-    `exact`: the runs all have the preset's current settings (else each cell shows its newest config)."""
+    `exact`: the runs all have the preset's current settings (else each cell shows its newest config); `markers`:
+    the preset's markers_baseline records, noted for the table's tasks."""
     paper = paper_for(preset)
     groups = _newest_groups(runs)
     if not groups and paper is None:
@@ -97,6 +109,7 @@ def preset_table(runs: list[dict[str, Any]], preset: str, exact: bool = True) ->
     notes += [f"Published rows: the {paper.name} ({paper.cite}), trained with this recipe."] if paper else []
     notes += [NO_DROPOUT_NOTE] if skips_dropout(r for recs in groups.values() for r in recs) else []
     notes += _majority_note(runs)
+    notes += _markers_note(markers, tasks)
     title = f"Accuracy, preset {preset}: {PRESET_TITLES.get(preset, 'configs/ as written')}"
     return Table(title, ["backend", *tasks, "LRA avg", "source"], rows, notes, section="accuracy")
 
@@ -120,6 +133,26 @@ def _majority_note(runs: list[dict[str, Any]]) -> list[str]:
         return []
     listed = ", ".join(f"{t} {100 * maj[t]:.1f}" for t in task_order(maj))
     return [f"Majority-class accuracy of the test splits: {listed}."]
+
+
+def _markers_note(markers: Sequence[dict[str, Any]], tasks: list[str]) -> list[str]:
+    """What the markers' places alone score on each of `tasks` that has a markers_baseline record (the newest)."""
+    found = {}
+    for task, recs in group_by(markers, lambda r: r.get("task")).items():
+        value = newest(recs).get("metrics", {}).get("mlp_acc")
+        if task in tasks and value is not None:
+            found[task] = (value, newest(recs).get("metrics", {}).get("distance_acc"))
+    if not found:
+        return []
+    listed = ", ".join(
+        f"{t} {100 * found[t][0]:.1f}" + ("" if found[t][1] is None else f" ({100 * found[t][1]:.1f})")
+        for t in task_order(found)
+    )
+    return [
+        "Markers-only accuracy of the test splits, no path traced (`lra data markers`: a small MLP on the two "
+        f"marker centres, fitted on training images; in brackets the markers' distance alone): {listed}. A figure "
+        "under it need not show path tracing."
+    ]
 
 
 def other_runs_table(runs: list[dict[str, Any]]) -> Table | None:

@@ -71,7 +71,7 @@ def build_tables(records: list[dict[str, Any]]) -> list[Table]:
     runs, repeated = one_per_seed([r for r in records if r.get("kind") == "run"])
     bench = [r for r in records if r.get("kind") == "bench_train"]
     tables: list[Table | None] = [
-        *accuracy_tables(runs),
+        *accuracy_tables(runs, markers=[r for r in records if r.get("kind") == "markers_baseline"]),
         *time_to_accuracy_tables(runs),
         *speed_tables([r for r in bench if r["world_size"] == 1]),
         scaling_table(bench),

@@ -43,7 +43,7 @@ def _fill(
     if targets is None:
         images = draw_images(resolution, difficulty, split, start, stop, seed)
     else:
-        images = images_from_targets(resolution, difficulty, split, start, stop, seed, _open_targets(Path(targets)))
+        images = images_from_targets(resolution, difficulty, split, start, stop, seed, open_targets(Path(targets)))
     out = np.load(path, mmap_mode="r+")
     out[start:stop] = images
     out.flush()
@@ -61,7 +61,8 @@ def _fill_targets(folder: str, resolution: int, difficulty: int, split: str, see
     return stop - start
 
 
-def _open_targets(folder: Path) -> dict[str, np.ndarray]:
+def open_targets(folder: Path) -> dict[str, np.ndarray]:
+    """The arrays of the targets cache in `folder`, memory-mapped, by name."""
     return {p.stem: np.load(p, mmap_mode="r") for p in folder.glob("*.npy")}
 
 
@@ -146,7 +147,7 @@ class GeneratedStore:
         cache = self.covering(split, n, targets=True)
         if cache is None:
             return None
-        arrays = _open_targets(cache.path)
+        arrays = open_targets(cache.path)
         for i in sorted({0, n - 1}):
             fast = draw_from_targets(self.resolution, self.difficulty, split, i, self.seed, arrays, i).image
             if not np.array_equal(fast, draw(self.resolution, self.difficulty, split, i, self.seed).image):
