@@ -76,6 +76,13 @@ CONSTRUCTED = {
         env=ENV,
     ),  # fmt: skip
     "numerics_weights": lambda: R.numerics_weights_record(**weights_facts()),
+    "markers_baseline": lambda: R.markers_baseline_record(
+        task="path-256",
+        preset="curriculum",
+        data={"resolution": 256, "difficulty": 14, "seed": 0, "generator": 2, "num_train": 40, "num_test": 20},
+        metrics={"majority_acc": 0.5, "distance_acc": 0.6, "offset_acc": 0.6, "mlp_acc": 0.65},
+        env=ENV,
+    ),
 }
 
 
