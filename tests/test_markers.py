@@ -55,6 +55,7 @@ def test_sample_gives_the_generators_labels_and_centres(tmp_path, with_targets):
     if with_targets:  # the path `lra data prepare --targets-only` leaves: images drawn from the carried pairs
         store.generate_targets({"test": 6})
         assert store.usable_targets("test", 6) is not None
+    assert M.sample(store, "test", 0).centres.shape == (0, 2, 2)
     got = M.sample(store, "test", 6)
     drawn = [draw(32, 14, "test", i, 3) for i in range(6)]
     assert got.labels.tolist() == [d.label for d in drawn]

@@ -4,10 +4,10 @@ Every writer builds its record here (`run_record`, `bench_train_record`, `bench_
 `bench_tiles_record`, `markers_baseline_record`, `numerics_forward_record`, `numerics_figure_record`,
 `numerics_weights_record`), and every consumer reads records through `read_record` (the results store's
 `load_records` does), which upgrades a record of an older schema to the current shape in memory; the files on disk
-are never rewritten. A record without a `schema`
-field is version 0: what the writers stored before this module. Its upgrade adds the fields the writers of the time
-did not write yet, with the value they meant by their absence, and renames the ones that changed name; fields the
-schema does not know (a curated record's `provenance`, say) are kept as they are.
+are never rewritten. A record without a `schema` field is version 0: what the writers stored before this module. Its
+upgrade adds the fields the writers of the time did not write yet, with the value they meant by their absence, and
+renames the ones that changed name; fields the schema does not know (a curated record's `provenance`, say) are kept
+as they are.
 
 `compile` is one shape in every record that has it: {"mode": the mode the steps took, "requested": the mode asked
 for, "fallback": why compilation fell back to eager, or None}. A config's `train.compile` stays the string setting

@@ -50,6 +50,8 @@ def _markers(
 def sample(store: GeneratedStore, split: str, n: int, workers: int = 1) -> Sample:
     """Labels and marker centres of images 0..n-1 of `split`, drawn as `lra data prepare` draws them (from the
     store's target pairs where a checked cache covers them: several times faster)."""
+    if n == 0:
+        return Sample(np.zeros(0, np.int64), np.zeros((0, 2, 2), np.int64))
     cache = store.usable_targets(split, n)
     targets = None if cache is None else str(cache.path)
     jobs = [
@@ -62,8 +64,6 @@ def sample(store: GeneratedStore, split: str, n: int, workers: int = 1) -> Sampl
         parts[i] = result
 
     run_jobs(_markers, jobs, workers, keep)
-    if not parts:
-        return Sample(np.zeros(0, np.int64), np.zeros((0, 2, 2), np.int64))
     return Sample(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
 
 
