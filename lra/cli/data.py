@@ -55,7 +55,7 @@ def add_parser(sub) -> None:
     data_markers.add_parser(dsub, common)
 
 
-def _build(name: str, args: argparse.Namespace):
+def task_of(name: str, args: argparse.Namespace):
     """The task `name` with the (preset's, overridden) data settings of its config."""
     from lra.train.config import load_config
     from tasks import build_task
@@ -67,7 +67,7 @@ def _build(name: str, args: argparse.Namespace):
 def cmd_prepare(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be at least 1 (leave it out to use every core), got {args.workers}")
-    task = _build(args.task, args)
+    task = task_of(args.task, args)
     workers = args.workers or os.cpu_count() or 1
     if args.targets_only:
         if not hasattr(task, "prepare_targets"):
@@ -85,7 +85,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    task = _build(args.task, args)
+    task = task_of(args.task, args)
     if not hasattr(task, "export"):
         raise ConfigError(f"lra data export: task {task.name!r} has no export (only generated tasks have one)")
     try:
@@ -105,7 +105,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     from tasks import TASKS
 
     names = [args.task] if args.task else TASKS.names()
-    infos = [_build(name, args).info() for name in names]
+    infos = [task_of(name, args).info() for name in names]
     if args.json:
         out.print_json(json.dumps(infos, default=str))
         return 0

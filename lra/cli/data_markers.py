@@ -35,15 +35,13 @@ def add_parser(dsub, common: argparse.ArgumentParser) -> None:
 
 
 def cmd_markers(args: argparse.Namespace) -> int:
+    from lra.cli.data import task_of
     from lra.core.environment import environment
     from lra.core.records import markers_baseline_record
-    from lra.train.config import load_config
-    from tasks import build_task
     from tasks._pathfinder import markers as M
     from tasks.pathfinder import PathfinderTask
 
-    cfg = load_config(args.task, args.preset, args.overrides)
-    task = build_task(cfg.task, data_dir=args.data_dir, **cfg.data)
+    task = task_of(args.task, args)
     if not isinstance(task, PathfinderTask):
         raise ConfigError(f"lra data markers: {task.name} is not a generated Pathfinder task (pathfinder, path-64, "
                           "path-x or path-256): it has no markers")  # fmt: skip

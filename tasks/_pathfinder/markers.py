@@ -58,12 +58,8 @@ def sample(store: GeneratedStore, split: str, n: int, workers: int = 1) -> Sampl
         (store.resolution, store.difficulty, split, store.seed, a, min(n, a + CHUNK), targets)
         for a in range(0, n, CHUNK)
     ]
-    parts: list[tuple[np.ndarray, np.ndarray]] = [None] * len(jobs)  # type: ignore[list-item]
-
-    def keep(i: int, result: tuple[np.ndarray, np.ndarray]) -> None:
-        parts[i] = result
-
-    run_jobs(_markers, jobs, workers, keep)
+    parts: list[tuple[np.ndarray, np.ndarray]] = []
+    run_jobs(_markers, jobs, workers, lambda _, result: parts.append(result), ordered=True)
     return Sample(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
 
 
