@@ -36,7 +36,9 @@
 #            must change the Path-X stage, e.g. --set path-x:train.steps=6240), detached, until CAMPAIGN_END; every
 #            call waits for them.
 #            CAMPAIGNS=0 skips them; with CAMPAIGN_FROM=none each is a chain of its own from Pathfinder-32, started
-#            before the pilots (with PILOTS=0, a session for the chains alone; DRAW=0 leaves the target's own draw out).
+#            before the pilots (with PILOTS=0, a session for the chains alone; DRAW=0 leaves the target's own draw out);
+#            with CAMPAIGN_FROM=own each line NAME runs --from its own Path-X chain, campaigns/path-x-NAME (the seeds'
+#            Path-256 stages, scripts/path_256_seeds.txt), this machine's copy where the chain ended in this session.
 #            BESIDE_SPEED="TASK ..." (first call): the draw on cores 4-15 (12 workers) while the `speed` phase's bench
 #            runs on cores 0-3 for those tasks, one after another while the draw lasts (the GPU is idle till then).
 #            BESIDE_KERNEL=1 (first call): the same for the `kernel` phase's dropout run (SEQS=1k,16k keeps it to about
@@ -216,15 +218,17 @@ session_left() { echo $((CAMPAIGN_END - ($(date +%s) - START))); }  # seconds to
 
 campaigns() {  # start CAMPAIGN_FILE's campaigns, each as TARGET-NAME (--from $SOURCE, or a chain of its own)
     [ "${CAMPAIGNS:-1}" = 1 ] || return 0
-    local name attn settings state source=${CAMPAIGN_FROM:-$SOURCE} from=()
+    local name attn settings state source from
     mkdir -p /tmp/lra/campaigns
-    if [ "$source" != none ]; then
-        [ -d "/tmp/lra/campaigns/$source" ] || cp -r "campaigns/$source" /tmp/lra/campaigns/
-        from=(--from "/tmp/lra/campaigns/$source")
-    fi
     set -f  # a campaign's settings are words, never file patterns
     while read -r name attn settings; do
         [ -z "$name" ] || [ "${name:0:1}" = "#" ] || started "campaign-$TARGET-$name" && continue
+        source=${CAMPAIGN_FROM:-$SOURCE} from=()
+        [ "$source" = own ] && source=path-x-$name  # the line's own Path-X chain (the seeds' Path-256 stages)
+        if [ "$source" != none ]; then  # this machine's copy where it has one: a chain that ended in this session
+            [ -d "/tmp/lra/campaigns/$source" ] || cp -r "campaigns/$source" /tmp/lra/campaigns/
+            from=(--from "/tmp/lra/campaigns/$source")
+        fi
         state=/tmp/lra/campaigns/$TARGET-$name
         [ -d "$state" ] || { [ -d "campaigns/$TARGET-$name" ] && cp -r "campaigns/$TARGET-$name" "$state"; }
         # a Path-256 stage cut short in an earlier session, packed by scripts/carry_state.sh
