@@ -1,7 +1,8 @@
-"""The campaign lines a device session runs (scripts/path_x_campaigns.txt, path_256_campaigns.txt, path_x_seeds.txt):
-each names a backend and settings that plan, and a line run `--from` the scripts' source shares every stage before its
-own with that committed state, so that a session trains only what the line changes (a preset edit that broke the
-sharing would retrain Pathfinder-32 and Path-64, a third of a session, before anyone noticed)."""
+"""The campaign lines a device session runs (scripts/path_x_campaigns.txt, path_256_campaigns.txt, path_x_seeds.txt,
+path_256_seeds.txt): each names a backend and settings that plan, and a line run `--from` the scripts' source (or, for
+the seeds' Path-256 stages, its own Path-X chain) shares every stage before its own with that committed state, so that
+a session trains only what the line changes (a preset edit that broke the sharing would retrain Pathfinder-32 and
+Path-64, a third of a session, before anyone noticed)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,12 @@ from lra.train.config import config_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
-FILES = [  # file, target, whether its lines run --from the source (the seeds are chains of their own)
-    ("path_x_campaigns.txt", "path-x", True),
-    ("path_256_campaigns.txt", "path-256", True),
-    ("path_x_seeds.txt", "path-x", False),
+FILES = [  # file, target, what its lines run --from: the script's source, none (chains of their own), or each line's
+    # own Path-X chain campaigns/path-x-NAME (CAMPAIGN_FROM=own)
+    ("path_x_campaigns.txt", "path-x", "source"),
+    ("path_256_campaigns.txt", "path-256", "source"),
+    ("path_x_seeds.txt", "path-x", "none"),
+    ("path_256_seeds.txt", "path-256", "own"),
 ]
 
 
@@ -56,19 +59,22 @@ def test_the_scripts_source_is_a_committed_finished_campaign():
     assert all((source_state() / task / "best.pt").is_file() for task in ledger["stages"])
 
 
-@pytest.mark.parametrize(("name", "target", "from_source"), FILES)
-def test_each_line_plans_and_shares_all_but_its_last_stage_with_the_source(name, target, from_source):
-    done = {
-        task: stage["config_hash"]
-        for task, stage in json.loads((source_state() / "campaign.json").read_text())["stages"].items()
-        if stage["status"] == "done"
-    }
+def done_stages(state: Path) -> dict[str, str]:
+    """{task: config hash} of the finished stages in a committed campaign state."""
+    stages = json.loads((state / "campaign.json").read_text())["stages"]
+    return {task: stage["config_hash"] for task, stage in stages.items() if stage["status"] == "done"}
+
+
+@pytest.mark.parametrize(("name", "target", "runs_from"), FILES)
+def test_each_line_plans_and_shares_all_but_its_last_stage_with_its_source(name, target, runs_from):
     for label, backend, seed, sets in campaign_lines(name):
         assert backend in BACKENDS.names(), f"{name}: {label} names no backend ({backend})"
         stages = plan_stages(target, attn=backend, preset="curriculum", seed=seed, overrides=sets)
         assert stages[-1].task == target
+        state = ROOT / "campaigns" / f"path-x-{label}" if runs_from == "own" else source_state()
+        done = done_stages(state)
         shared = [s.task for s in stages if done.get(s.task) == config_hash(s.config)]
-        if from_source:  # only the last stage trains; the rest are taken from the source
-            assert shared == [s.task for s in stages[:-1]], f"{name}: {label} shares {shared} with {source_state()}"
-        else:  # a chain of its own: another seed shares nothing
+        if runs_from == "none":  # a chain of its own: another seed shares nothing
             assert shared == [], f"{name}: {label} shares {shared} with the source, yet runs without it"
+        else:  # only the last stage trains; the rest are taken from the source
+            assert shared == [s.task for s in stages[:-1]], f"{name}: {label} shares {shared} with {state}"
