@@ -4,7 +4,8 @@
 #
 #     bash scripts/take_back.sh FILES_AT
 #
-# FILES_AT  the call's files_at folder (it holds back.tgz, or its parts back.tgz.part0, back.tgz.part1, ...)
+# FILES_AT  the call's files_at folder (it holds back.txz, or its parts back.txz.part0, back.txz.part1, ...; calls
+#           made before 2026-12-06 wrote back.tgz, which is read the same way)
 # Every campaign state folder in the archive replaces campaigns/NAME; nothing else is touched (curate the records in
 # its results/ by hand once a stage is done). Takes a second or two: the next call must still come within 30 s.
 # Path-256's state folders (path-256-*) are not committed: 35-50 MB with their 65,536-position tables, too big to add
@@ -15,13 +16,20 @@ set -euo pipefail
 files_at=${1:?give the call\'s files_at folder}
 unpacked=$(mktemp -d)
 trap 'rm -rf "$unpacked"' EXIT
-archive=$files_at/back.tgz
-if [ ! -f "$archive" ] && compgen -G "$files_at/back.tgz.part*" > /dev/null; then
-    cat "$files_at"/back.tgz.part* > "$unpacked/back.tgz"  # the parts h200_session.sh split it into, in order
-    archive=$unpacked/back.tgz
-fi
-[ -f "$archive" ] || { echo "no back.tgz or back.tgz.part* in $files_at: was the call's OUT written?" >&2; exit 2; }
-tar -xzf "$archive" -C "$unpacked" campaigns 2> /dev/null || { echo "no campaigns/ in $archive: nothing to commit"; exit 0; }
+archive=
+for kind in txz tgz; do
+    if [ -f "$files_at/back.$kind" ]; then
+        archive=$files_at/back.$kind
+    elif compgen -G "$files_at/back.$kind.part*" > /dev/null; then
+        # the parts h200_session.sh split it into; part0 ... part7 sort in order
+        cat "$files_at/back.$kind".part* > "$unpacked/back.$kind"
+        archive=$unpacked/back.$kind
+    fi
+    [ -z "$archive" ] || break
+done
+[ -n "$archive" ] || { echo "no back.txz, back.tgz or their .part* in $files_at: was the call's OUT written?" >&2; exit 2; }
+# tar tells xz from gzip by the archive's first bytes
+tar -xf "$archive" -C "$unpacked" campaigns 2> /dev/null || { echo "no campaigns/ in $archive: nothing to commit"; exit 0; }
 mkdir -p campaigns
 taken=()  # the folders this call brought home: the commit names them, and nothing else
 for state in "$unpacked"/campaigns/*/; do

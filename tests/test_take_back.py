@@ -34,15 +34,21 @@ def state(folder: Path, steps: dict[str, int], checkpoint: bytes) -> None:
 
 
 def call_files(
-    tmp: Path, name: str, steps: dict[str, int], checkpoint: bytes, campaigns: tuple[str, ...] = ("path-x-t",)
+    tmp: Path,
+    name: str,
+    steps: dict[str, int],
+    checkpoint: bytes,
+    campaigns: tuple[str, ...] = ("path-x-t",),
+    kind: str = "txz",
 ) -> Path:
-    """A call's files_at folder holding back.tgz with campaigns/path-x-t (or these campaigns) in it."""
+    """A call's files_at folder holding back.txz (h200_session.sh's archive; back.tgz with kind="tgz", as calls made
+    before 2026-12-06 wrote it) with campaigns/path-x-t (or these campaigns) in it."""
     for campaign in campaigns:
         state(tmp / f"staged-{name}" / "campaigns" / campaign, steps, checkpoint)
     staged = tmp / f"staged-{name}" / "campaigns" / campaigns[0]
     files_at = tmp / name
     files_at.mkdir()
-    with tarfile.open(files_at / "back.tgz", "w:gz") as tar:
+    with tarfile.open(files_at / f"back.{kind}", "w:xz" if kind == "txz" else "w:gz") as tar:
         tar.add(staged.parent, arcname="campaigns")
     return files_at
 
@@ -84,19 +90,20 @@ def test_a_call_s_state_is_committed_and_one_that_went_back_is_refused(repo, tmp
 def test_a_missing_archive_is_a_clear_error_that_touches_nothing(repo, tmp_path):
     missing = take_back(repo, tmp_path / "no-such-call")
     assert missing.returncode == 2
-    assert "back.tgz" in missing.stderr
+    assert "back.txz" in missing.stderr
     assert not (repo / "campaigns").exists()
 
 
-def test_an_archive_split_into_parts_is_joined_in_order(repo, tmp_path):
+@pytest.mark.parametrize("kind", ["txz", "tgz"])
+def test_an_archive_split_into_parts_is_joined_in_order(repo, tmp_path, kind):
     checkpoint = random.Random(0).randbytes(16384)  # incompressible: the archive spans several parts
-    files_at = call_files(tmp_path, "1", {"pathfinder": 37440}, checkpoint)
-    whole = (files_at / "back.tgz").read_bytes()
-    (files_at / "back.tgz").unlink()
+    files_at = call_files(tmp_path, "1", {"pathfinder": 37440}, checkpoint, kind=kind)
+    whole = (files_at / f"back.{kind}").read_bytes()
+    (files_at / f"back.{kind}").unlink()
     size = 4000  # as split -b names them: part0 ... part4
     for i in range(0, len(whole), size):
-        (files_at / f"back.tgz.part{i // size}").write_bytes(whole[i : i + size])
-    assert len(list(files_at.glob("back.tgz.part*"))) > 2
+        (files_at / f"back.{kind}.part{i // size}").write_bytes(whole[i : i + size])
+    assert len(list(files_at.glob(f"back.{kind}.part*"))) > 2
 
     done = take_back(repo, files_at)
     assert done.returncode == 0, done.stderr
