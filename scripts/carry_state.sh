@@ -20,13 +20,7 @@ pack)
     [ -f ".device/states/$name/campaign.json" ] || {
         echo "no kept state .device/states/$name (take_back.sh keeps a Path-256 state there)" >&2; exit 2; }
     mkdir -p campaigns
-    python3 - ".device/states/$name" "$packed.new" "$name" <<'PY'
-import sys, tarfile
-source, out, name = sys.argv[1:]
-with tarfile.open(out, "w:xz", preset=9) as tar:  # preset 9: a 64 MB window, wide enough to find the tiled table
-    tar.add(source, arcname=name)
-PY
-    mv "$packed.new" "$packed"
+    python3 "$(dirname "$0")/pack_xz.py" "$packed" ".device/states/$name=$name"
     git add "$packed"
     git commit -q -m "packed state of $name (a stage cut short; scripts/carry_state.sh)" -- "$packed"
     echo "$packed: $(du -h "$packed" | cut -f1), committed" >&2

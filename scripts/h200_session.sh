@@ -314,21 +314,11 @@ for pid in "${PIDS[@]}"; do wait "$pid"; done
 grep -H -E "record:|resume with|rror" "$LOGS"/*.log | tail -n 40
 # A call brings back at most 8 files of 16 MiB, 64 MiB in all: the archive comes back in 15 MiB parts
 # (back.txz.part0, ...; take_back.sh joins them). The campaigns' --from sources are read, never written: they stay out.
-# xz at its largest window: a Path-256 state (40 MB, the 65,536-position table in best.pt and last.pt) packs to ~7.5 MB
-# where gzip made 31 (two side by side were over the 64 MiB), in ~7 s on one core. Python's tarfile, not `tar -J`: a
-# lent machine is not known to have the xz program.
-python3 - /tmp/lra/back.txz "campaigns/$SOURCE" "campaigns/${CAMPAIGN_FROM:-$SOURCE}" <<'PY'
-import sys, tarfile
-from pathlib import Path
-out, *sources = sys.argv[1:]
-def keep(member):  # the --from sources and lock files stay out
-    name = member.name
-    return None if name.endswith(".lock") or any(name == s or name.startswith(s + "/") for s in sources) else member
-with tarfile.open(out, "w:xz", preset=9) as tar:
-    for part in ("results", "logs", "campaigns"):
-        if (Path("/tmp/lra") / part).exists():
-            tar.add(Path("/tmp/lra") / part, arcname=part, filter=keep)
-PY
+# xz at its largest window (scripts/pack_xz.py): a Path-256 state packs to ~7.5 MB where gzip made 31 (two side by side
+# were over the 64 MiB), in ~7 s on one core.
+python3 scripts/pack_xz.py /tmp/lra/back.txz --leave-out "campaigns/$SOURCE" \
+    --leave-out "campaigns/${CAMPAIGN_FROM:-$SOURCE}" /tmp/lra/results=results /tmp/lra/logs=logs \
+    /tmp/lra/campaigns=campaigns
 [ "$(stat -c %s /tmp/lra/back.txz)" -le $((60 * 1024 * 1024)) ] || echo "WARNING: the archive is over 60 MiB" >&2
 split -b 15M -d -a 1 /tmp/lra/back.txz "$OUT/back.txz.part"
 ls -la "$OUT"

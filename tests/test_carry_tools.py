@@ -1,5 +1,6 @@
-"""scripts/unpack_carry.py (carried target pairs into a lent machine's cache, keeping what is there) and
-scripts/carry_size.sh (what a device call would carry, against its 64 MiB)."""
+"""scripts/unpack_carry.py (carried target pairs into a lent machine's cache, keeping what is there),
+scripts/pack_xz.py (folders into one xz archive, some left out) and scripts/carry_size.sh (what a device call would
+carry, against its 64 MiB)."""
 
 from __future__ import annotations
 
@@ -86,6 +87,31 @@ def test_a_member_outside_the_cache_is_refused(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("git") is None or shutil.which("numfmt") is None, reason="needs git, numfmt")
+def test_pack_xz_packs_folders_under_their_names_and_leaves_out_locks_and_the_named(tmp_path):
+    for name, data in {"runs/a/best.pt": b"a" * 5000, "runs/a/run.lock": b"pid", "runs/src/best.pt": b"s",
+                       "logs/a.log": b"log"}.items():  # fmt: skip
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(data)
+    out = tmp_path / "back.txz"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / "pack_xz.py"), str(out), "--leave-out", "campaigns/src",
+         f"{tmp_path / 'runs'}=campaigns", f"{tmp_path / 'logs'}=logs", f"{tmp_path / 'none'}=results"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with tarfile.open(out, "r:xz") as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    assert files == {"campaigns/a/best.pt": b"a" * 5000, "logs/a.log": b"log"}
+    assert not (tmp_path / "back.txz.part").exists()
+
+
+def test_pack_xz_without_a_folder_gives_the_usage_and_writes_nothing(tmp_path):
+    done = subprocess.run([sys.executable, str(SCRIPTS / "pack_xz.py"), str(tmp_path / "out.txz")],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 2 and "usage" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_carry_size_adds_the_tree_and_the_carries_and_fails_over_64_mib(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
