@@ -15,7 +15,7 @@ import torch
 
 from lra.campaign import drive
 from lra.campaign.drive import CampaignOptions, chance_margin, run_campaign
-from lra.campaign.ledger import LEDGER
+from lra.campaign.ledger import LEDGER, stage_pace
 from lra.campaign.plan import plan_stages, split_sets
 from lra.campaign.prefetch import Prefetch, prepare_command
 from lra.cli.main import main
@@ -98,6 +98,7 @@ def test_a_campaign_stops_on_time_resumes_and_moves_on_with_positions_upsampled(
     assert main([*argv, "--dry-run", *[w for s in SETS for w in ("--set", s)]]) == 0  # where it resumes
     said = " ".join(capsys.readouterr().out.split())
     assert f"running, {stopped_at}/12 steps, last.pt at step {stopped_at} (it resumes there)" in said
+    assert f"device-minutes to its end: {12 - stopped_at} steps at" in said  # priced from the stopped session
     assert main([*argv, *[w for s in SETS for w in ("--set", s)]]) == 0
     ledger = json.loads((state / LEDGER).read_text())
     s2 = ledger["sessions"][2]
@@ -160,6 +161,25 @@ def test_a_campaign_stops_on_time_resumes_and_moves_on_with_positions_upsampled(
     assert all(other["stages"][t]["inherited_from"] == str(state) for t in ("pathfinder", "path-64"))
     assert other["totals"]["device_s"] >= ledger["stages"]["pathfinder"]["device_s"] + stages["path-64"]["device_s"]
     assert (tmp_path / "other" / "path-64" / BEST).is_file() and other["sessions"][-1]["work"] == []
+
+
+def test_a_stage_pace_is_its_training_rate_and_what_a_session_spends_besides():
+    # Seed 2's Path-256 ledger of session 22 (rounded), and a later session that resumed it after a 30 s start-up
+    # outside any stage's work. By hand: 1,230 + 23,730 = 24,960 steps in 1,212 + 60 training seconds; besides,
+    # (1,388.7 - 1,212) and (100 - 60 - 5 of drawing) in the work, plus the 30 s start-up, over 2 sessions.
+    def work(stage, from_step, to_step, train_s, data_s, wall_s):
+        return {"stage": stage, "from_step": from_step, "to_step": to_step, "train_s": train_s, "data_s": data_s,
+                "wall_s": wall_s}  # fmt: skip
+
+    ledger = {"sessions": [
+        {"stage": "path-256", "wall_s": 1389.0, "work": [work("path-256", 0, 23730, 1212.0, 0.0, 1388.7)]},
+        {"stage": "path-256", "wall_s": 130.0,
+         "work": [work("path-256", 23730, 24960, 60.0, 5.0, 100.0), work("other", 0, 0, 0.0, 0.0, 0.0)]},
+    ]}  # fmt: skip
+    rate, besides = stage_pace(ledger, "path-256")
+    assert rate == pytest.approx(24960 / 1272)
+    assert besides == pytest.approx((176.7 + 35.0 + (0.3 + 30.0)) / 2)
+    assert stage_pace(ledger, "other") is None and stage_pace({"sessions": []}, "path-256") is None
 
 
 def test_the_chance_margin_is_four_standard_errors_and_at_least_a_point():

@@ -86,6 +86,20 @@ def overhead(sessions: list[dict[str, Any]], task: str) -> float:
     return rest
 
 
+def stage_pace(ledger: dict[str, Any], task: str) -> tuple[float, float] | None:
+    """How stage `task` has gone so far: (training steps per second, seconds a session spent on it besides training
+    and drawing data: start-up, compiling, evaluations, checkpoints, the final test), over the sessions that stepped
+    it. None before its first step. It prices the rest of the stage, on a device shared as it was then."""
+    sessions = ledger.get("sessions", [])
+    work = [w for s in sessions for w in s.get("work", []) if w["stage"] == task and w["to_step"] > w["from_step"]]
+    steps = sum(w["to_step"] - w["from_step"] for w in work)
+    train_s = sum(w.get("train_s") or 0.0 for w in work)
+    if steps <= 0 or train_s <= 0:
+        return None
+    besides = sum((w.get("wall_s") or 0.0) - (w.get("train_s") or 0.0) - (w.get("data_s") or 0.0) for w in work)
+    return steps / train_s, (besides + overhead(sessions, task)) / len(work)
+
+
 def device_s_before(ledger: dict[str, Any], task: str) -> float:
     """Device seconds of every stage before `task` (each session's overhead counted at the stage it began at)."""
     index = ledger["stages"][task]["index"]

@@ -82,7 +82,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 def show_plan(opts) -> int:
     """The stages, their lengths and where each stands in the state folder."""
     from lra.campaign.drive import changed_hash, shared_stages
-    from lra.campaign.ledger import read_ledger
+    from lra.campaign.ledger import read_ledger, stage_pace
     from lra.campaign.plan import plan_stages
     from lra.core.progress import out
     from lra.train.checkpoint import load_checkpoint
@@ -106,10 +106,19 @@ def show_plan(opts) -> int:
             status += f" with other settings (config hash {changed[0]}, now {changed[1]}: a new --state)"
         steps = f"{entry.get('steps', 0)}/{s.steps} steps"
         run = RunDir(opts.state / s.task)
+        resume_at = entry.get("steps", 0)
         if run.last.is_file() and not run.finished:  # the ledger's count lags when a machine was lost mid-stage
-            steps += f", last.pt at step {load_checkpoint(run.last)['step']} (it resumes there)"
+            resume_at = load_checkpoint(run.last)["step"]
+            steps += f", last.pt at step {resume_at} (it resumes there)"
         start = f"from {s.init_from}" if s.init_from else "from scratch"
         out.print(f"{s.index}. {s.task} ({start}): {status}, {steps}", highlight=False)
+        pace = stage_pace(ledger, s.task) if ledger and status == "running" and resume_at < s.steps else None
+        if pace is not None:
+            rate, besides = pace
+            left = s.steps - resume_at
+            out.print(f"   about {(left / rate + besides) / 60:.1f} device-minutes to its end: {left:,} steps at "
+                      f"{rate:.1f} training steps/s and {besides:.0f} s a session besides, as its sessions went "
+                      "(data drawing not counted)", highlight=False)  # fmt: skip
     if ledger:
         out.print(f"{ledger['totals'].get('device_hours', 0):.2f} device-hours over "
                   f"{ledger['totals'].get('sessions', 0)} sessions", highlight=False)  # fmt: skip
