@@ -182,6 +182,16 @@ def test_a_stage_pace_is_its_training_rate_and_what_a_session_spends_besides():
     assert stage_pace(ledger, "other") is None and stage_pace({"sessions": []}, "path-256") is None
 
 
+def test_a_misspelt_backend_is_refused_before_the_state_folder_is_written(tmp_path, capsys):
+    # A state folder started under a wrong name would refuse the corrected command ("started with other options").
+    state = tmp_path / "state"
+    for extra in ([], ["--dry-run"]):
+        argv = ["campaign", "path-64", "--attn", "flsh", "--state", str(state), "--preset", "tiny", "--device", "cpu"]
+        assert main([*argv, *extra]) == 2
+        assert "unknown attention backend 'flsh' (did you mean 'flash'?)" in capsys.readouterr().err
+        assert not state.exists()
+
+
 def test_the_chance_margin_is_four_standard_errors_and_at_least_a_point():
     assert chance_margin(0.5, 20_000) == pytest.approx(4 * (0.25 / 20_000) ** 0.5)  # 1.41 points
     assert chance_margin(0.5, 1_000_000) == 0.01

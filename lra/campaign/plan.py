@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from attention_impls import BACKENDS
 from lra.core.errors import ConfigError
 from lra.train.config import RunConfig, available_configs, load_config
 
@@ -53,6 +54,7 @@ def split_sets(items: list[str]) -> tuple[list[str], dict[str, list[str]]]:
 def plan_stages(target: str, *, attn: str, preset: str, seed: int, overrides: list[str]) -> list[Stage]:
     """The stages that lead to `target`, first stage first, each resolved with `preset`, `seed` and `overrides`
     (`--set` values: 'KEY=VALUE' for every stage, 'TASK:KEY=VALUE' for one), as a run of `attn` sees it."""
+    BACKENDS.get(attn)  # an unknown backend fails here, naming the known ones, before a state folder is written
     common, per_stage = split_sets(overrides)
     chain: list[tuple[str, RunConfig]] = []
     task: str | None = target
