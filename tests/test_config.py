@@ -29,9 +29,9 @@ def test_preset_and_overrides_apply_in_order(tmp_path):
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("model.layerz=2", "unknown setting model.'layerz'; valid here: .*layers"),
+        ("model.layerz=2", r"unknown setting model.layerz \(did you mean 'layers'\?\); valid here: .*layers"),
         ("trian.lr=1", "unknown section"),
-        ("data.nope=1", "unknown setting data.'nope'; valid here: .*max_length"),
+        ("data.nope=1", "unknown setting data.nope; valid here: .*max_length"),
         ("lr=1", "must name a section"),
         ("model.dim=31", "divisible"),
     ],

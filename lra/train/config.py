@@ -119,7 +119,9 @@ def _merge(base: dict[str, Any], overlay: dict[str, Any], where: str) -> dict[st
     out = copy.deepcopy(base)
     for key, value in overlay.items():
         if key not in out:
-            raise ConfigError(f"unknown setting {where}{key!r}; valid here: {', '.join(sorted(map(str, out)))}")
+            valid = sorted(map(str, out))
+            hint = did_you_mean(str(key), valid)
+            raise ConfigError(f"unknown setting {where}{key}{hint}; valid here: {', '.join(valid)}")
         if isinstance(out[key], dict) and isinstance(value, dict):
             out[key] = _merge(out[key], value, f"{where}{key}.")
         else:
