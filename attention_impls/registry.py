@@ -166,16 +166,21 @@ def scores_too_big(
     what would work: `lower` names the settings to lower), or None. Checked before anything is allocated, against
     the device's total memory: a training step needs several such matrices and one is the least it allocates, so a
     run this lets through may still run out of memory, but none it refuses could have run."""
-    if not BACKENDS.get(name).capabilities.scores_matrix:
+    cls, dev = BACKENDS.get(name), torch.device(device).type
+    caps = cls.capabilities
+    # A kernel with a PyTorch fallback takes it on the CPU unless TRITON_INTERPRET=1 emulates the kernel: for
+    # block_sparse_flash that is dense-masked attention, scores and all.
+    fallback = cls.has_fallback and dev == "cpu" and not triton_interpreting()
+    if not (caps.scores_matrix or fallback):
         return None
     need, have = batch * heads * seq_len * seq_len * SCORE_BYTES, _total_memory(torch.device(device))
     if have is None or need <= have:
         return None
-    dev = torch.device(device).type
     others = [n for n, c in BACKENDS.items() if _builds_no_scores(c.capabilities, dev)][:4]
+    how = " (on the CPU, without its Triton kernel: a CUDA device runs the kernel)" if fallback else ""
     return (
-        f"{name!r} materialises a ({batch}, {heads}, {seq_len}, {seq_len}) fp32 score matrix of {need / 1e9:,.1f} GB, "
-        f"more than this {dev} device's {have / 1e9:,.1f} GB; lower the {lower}"
+        f"{name!r}{how} materialises a ({batch}, {heads}, {seq_len}, {seq_len}) fp32 score matrix of "
+        f"{need / 1e9:,.1f} GB, more than this {dev} device's {have / 1e9:,.1f} GB; lower the {lower}"
         + (f", or use a backend that does not build it ({', '.join(others)})" if others else "")
     )
 

@@ -250,6 +250,29 @@ def test_impossible_settings_are_one_line_errors(argv, says, tmp_path, monkeypat
     assert not (tmp_path / "runs").exists() and not (tmp_path / "results").exists()
 
 
+def test_block_sparse_flash_on_the_cpu_is_refused_where_its_fallback_scores_cannot_fit(tmp_path, monkeypatch, capsys):
+    """Without CUDA or the interpreter, block_sparse_flash computes its function densely in PyTorch: `lra run path-x
+    --attn block_sparse_flash` on a CPU drew 18 minutes of images, then died allocating 137 GB of scores."""
+    from attention_impls import registry
+
+    monkeypatch.setattr(registry, "_total_memory", lambda device: 2 * 10**9)  # a 2 GB host
+    monkeypatch.setenv("LRA_RUNS", str(tmp_path / "runs"))
+    argv = ["run", toy_config_path(tmp_path), "--attn", "block_sparse_flash", "--device", "cpu", "--no-record",
+            "--data-dir", str(tmp_path / "data"), "--set", "data.max_length=4096"]  # fmt: skip
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    # (32, 2, 4096, 4096) fp32 = 32 * 2 * 4096 * 4096 * 4 bytes = 4.29 GB
+    assert "'block_sparse_flash' (on the CPU, without its Triton kernel" in err and "of 4.3 GB, more than" in err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "data").exists()  # refused before any data
+    # The kernel (here emulated) builds no scores, and neither does the fallback at a size that fits.
+    shape = {"batch": 32, "heads": 2, "seq_len": 4096, "device": "cpu"}
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert registry.scores_too_big("block_sparse_flash", **shape) is None
+    monkeypatch.delenv("TRITON_INTERPRET")
+    assert registry.scores_too_big("block_sparse_flash", **{**shape, "seq_len": 2048}) is None  # 1.07 GB
+
+
 def test_export_to_a_path_that_cannot_be_written_is_one_line(tmp_path, capsys):
     (tmp_path / "a_file").write_text("")
     small = ["--set", "data.num_train=20", "--set", "data.num_val=10", "--set", "data.num_test=10"]
