@@ -108,13 +108,24 @@ def test_user_error_is_one_line_and_a_bug_keeps_its_traceback(monkeypatch, capsy
         main(["list"])
 
 
-def test_ctrl_c_exits_130_with_its_message(monkeypatch, capsys):
-    def interrupted():
+def test_ctrl_c_exits_130_with_what_is_kept(monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(listing, "tasks_table", interrupted)
     assert main(["list"]) == 130
+    assert capsys.readouterr().err == "interrupted\n"  # nothing to keep
+    import lra.cli.data
+    import lra.cli.run
+
+    monkeypatch.setattr(lra.cli.run, "cmd_run", interrupted)
+    monkeypatch.setattr(lra.cli.data, "cmd_prepare", interrupted)
+    assert main(["run", "listops", "--attn", "naive"]) == 130
     assert capsys.readouterr().err.startswith("interrupted; checkpoints written so far are intact")
+    assert main(["data", "prepare", "listops"]) == 130
+    assert " ".join(capsys.readouterr().err.split()) == (
+        "interrupted; splits already drawn are kept, a half-drawn one is not (the same command goes on)"
+    )
 
 
 def test_list_shows_every_backend_with_capabilities_and_notes(monkeypatch, capsys):

@@ -52,7 +52,9 @@ def add_parser(sub) -> None:
     p.add_argument("--no-record", action="store_true", help="store no result records")
     add_device(p)
     p.add_argument("--dry-run", action="store_true", help="show the stages and where the campaign stands")
-    p.set_defaults(func=cmd_campaign)
+    p.set_defaults(
+        func=cmd_campaign, on_interrupt="; the state folder keeps what was last saved (the same command resumes)"
+    )
 
 
 def cmd_campaign(args: argparse.Namespace) -> int:

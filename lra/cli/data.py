@@ -39,7 +39,10 @@ def add_parser(sub) -> None:
         help="generated Pathfinder tasks: draw only the target pairs (the costly part of each image, ~210 bytes an "
         "image), to carry to a machine that then draws the images quickly",
     )  # fmt: skip
-    pr.set_defaults(func=cmd_prepare)
+    pr.set_defaults(
+        func=cmd_prepare,
+        on_interrupt="; splits already drawn are kept, a half-drawn one is not (the same command goes on)",
+    )
 
     info = dsub.add_parser("info", parents=[common], help="what is cached where, how big, and how to prepare it")
     info.add_argument("task", nargs="?", help="one task (default: every task)")

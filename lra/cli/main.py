@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         check_device(getattr(args, "device", None))
         return args.func(args)
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/]; checkpoints written so far are intact (lra run ... --resume continues)")
+        console.print(f"[yellow]interrupted[/]{getattr(args, 'on_interrupt', '')}", highlight=False)
         return 130
     except LraError as e:
         if os.environ.get("LRA_DEBUG"):

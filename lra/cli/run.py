@@ -50,7 +50,9 @@ def add_parser(sub) -> None:
     p.add_argument("--nproc", type=int, default=1, help="train with N local processes (torch.distributed, DDP)")
     add_time_limit(p)
     p.add_argument("--stop-after", type=int, default=None, help=argparse.SUPPRESS)  # simulate a kill (tests)
-    p.set_defaults(func=cmd_run)
+    p.set_defaults(
+        func=cmd_run, on_interrupt="; checkpoints written so far are intact (lra run ... --resume continues)"
+    )
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -56,7 +56,7 @@ def add_parser(sub) -> None:
     add_time_limit(p)
     p.add_argument("--dry-run", action="store_true", help="show the grid and what each run needs, run nothing")
     p.add_argument("--runner", default="lra", help=argparse.SUPPRESS)  # python -m RUNNER run ... (tests)
-    p.set_defaults(func=cmd_sweep)
+    p.set_defaults(func=cmd_sweep, on_interrupt="; finished runs are kept (the same command resumes the rest)")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
