@@ -41,6 +41,11 @@ def test_bad_settings_are_clear_errors(tmp_path, override, message):
         load_config(toy_config_path(tmp_path), None, [override])
 
 
+def test_a_misspelt_preset_names_the_closest():
+    with pytest.raises(ConfigError, match=r"unknown preset 'tinyy' \(did you mean 'tiny'\?\) for listops; presets: "):
+        load_config("listops", "tinyy")
+
+
 @pytest.mark.parametrize(
     "override, message",
     [

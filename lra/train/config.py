@@ -254,7 +254,9 @@ def load_config(
     presets = raw.get("presets") or {}
     if preset is not None:
         if preset not in presets:
-            raise ConfigError(f"unknown preset {preset!r} for {task_name}; presets: {', '.join(sorted(presets))}")
+            names = sorted(presets)
+            raise ConfigError(f"unknown preset {preset!r}{did_you_mean(preset, names)} for {task_name}; presets: "
+                              f"{', '.join(names)}")  # fmt: skip
         overlay = dict(presets[preset] or {})
         own = backend_overlays(overlay.pop("backends", None), f"{path}: preset {preset!r}")
         config = _overlay(config, overlay, f"preset {preset!r}")
