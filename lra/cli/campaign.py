@@ -84,7 +84,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 def show_plan(opts) -> int:
     """The stages, their lengths and where each stands in the state folder."""
     from lra.campaign.drive import changed_hash, shared_stages
-    from lra.campaign.ledger import read_ledger, stage_pace
+    from lra.campaign.ledger import read_ledger
     from lra.campaign.plan import plan_stages
     from lra.core.progress import out
     from lra.train.checkpoint import load_checkpoint
@@ -114,14 +114,26 @@ def show_plan(opts) -> int:
             steps += f", last.pt at step {resume_at} (it resumes there)"
         start = f"from {s.init_from}" if s.init_from else "from scratch"
         out.print(f"{s.index}. {s.task} ({start}): {status}, {steps}", highlight=False)
-        pace = stage_pace(ledger, s.task) if ledger and status == "running" and resume_at < s.steps else None
-        if pace is not None:
-            rate, besides = pace
-            left = s.steps - resume_at
-            out.print(f"   about {(left / rate + besides) / 60:.1f} device-minutes to its end: {left:,} steps at "
-                      f"{rate:.1f} training steps/s and {besides:.0f} s a session besides, as its sessions went "
-                      "(data drawing not counted)", highlight=False)  # fmt: skip
+        rest = rest_of_stage(ledger, s.task, resume_at, s.steps) if status == "running" else None
+        if rest:
+            out.print(f"   {rest}", highlight=False)
     if ledger:
         out.print(f"{ledger['totals'].get('device_hours', 0):.2f} device-hours over "
                   f"{ledger['totals'].get('sessions', 0)} sessions", highlight=False)  # fmt: skip
     return 0
+
+
+def rest_of_stage(ledger: dict | None, task: str, resume_at: int, total: int) -> str | None:
+    """What the rest of a running stage will cost, priced as its sessions went so far; None before its first step."""
+    from lra.campaign.ledger import stage_pace
+
+    pace = stage_pace(ledger, task) if ledger and resume_at < total else None
+    if pace is None:
+        return None
+    rate, besides = pace
+    left = total - resume_at
+    minutes = (left / rate + besides) / 60
+    return (
+        f"about {minutes:.1f} device-minutes to its end: {left:,} steps at {rate:.1f} training steps/s and "
+        f"{besides:.0f} s a session besides, as its sessions went (data drawing not counted)"
+    )
