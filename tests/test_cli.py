@@ -296,6 +296,18 @@ def test_export_to_a_path_that_cannot_be_written_is_one_line(tmp_path, capsys):
     )
 
 
+@pytest.mark.parametrize("plots", [[], ["--no-plots"]])
+def test_a_leaderboard_written_where_it_cannot_be_is_one_line(tmp_path, capsys, plots):
+    (tmp_path / "store").mkdir()
+    (tmp_path / "a_file").write_text("")
+    out = tmp_path / "a_file" / "board"
+    assert main(["leaderboard", "--results", str(tmp_path / "store"), "--out", str(out), *plots]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: lra leaderboard: cannot write ") and err.count("\n") == 1
+    assert " ".join(err.split()).endswith("a part of the path is a file, not a folder; choose a writable --out")
+    assert (tmp_path / "a_file").read_text() == ""
+
+
 def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 

@@ -31,11 +31,19 @@ def add_parser(sub) -> None:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from lra.core.errors import WriteError, write_reason
     from lra.core.progress import console
     from lra.results.leaderboard import write_leaderboard
 
     formats = ("md", "html") if args.format == "both" else (args.format,)
-    written = write_leaderboard(args.results, args.out, formats, plots=not args.no_plots, strict=args.strict)
+    try:
+        written = write_leaderboard(args.results, args.out, formats, plots=not args.no_plots, strict=args.strict)
+    except OSError as e:
+        reason = write_reason(e)
+        if reason is None:
+            raise
+        where = e.filename or args.out
+        raise WriteError(f"lra leaderboard: cannot write {where}: {reason}; choose a writable --out") from None
     for path in written:
         console.print(f"wrote {path}", highlight=False)
     if args.open:
