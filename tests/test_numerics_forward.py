@@ -275,3 +275,12 @@ def test_bad_input_is_a_clear_error():
     with pytest.raises(ConfigError, match="not studied"):
         forward_study(ForwardSpec(backends=["naive"], options={"flash": {}}, **TINY))
     assert main(["numerics", "forward", "--figure", "fig7", "--no-record", "--no-plots"]) == 2
+
+
+def test_a_bad_length_is_refused_before_any_figure_runs(tmp_path, capsys):
+    # Fig. 5's lengths were checked when its turn came, after Figs. 3-4 had run and stored their records.
+    store = tmp_path / "results"
+    argv = ["numerics", "forward", "--attn", "naive", "--device", "cpu", "--seq", "0", "--results", str(store)]
+    assert main([*argv, "--no-plots"]) == 2
+    assert "sequence lengths must be positive integers" in capsys.readouterr().err
+    assert not store.exists()

@@ -56,6 +56,12 @@ class FigureSizes:
     seed: int = 0
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # checked here, not figure by figure: a bad length found by a later figure would come after the earlier
+        # figures' records were stored
+        if self.seq < 1 or not self.seqs or min(self.seqs) < 1:
+            raise ConfigError(f"sequence lengths must be positive integers, got {self.seq} and {self.seqs}")
+
     def fixed(self) -> tuple[int, int]:
         return self.fixed_tiles or tiles_from_sram(DEFAULT_SRAM, self.head_dim)
 
