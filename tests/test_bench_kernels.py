@@ -74,3 +74,8 @@ def test_bench_tiles_command_prints_and_stores_one_record(tmp_path, monkeypatch,
     assert rec["kind"] == "bench_tiles" and rec["results"][0]["best"]["bwd_block_m"] == 16 and rec["torch"]
     assert main([*args[:-2], "--shape", "1,32", "--no-record"]) == 2
     assert "give batch,heads,seq" in capsys.readouterr().err
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # on a CPU the kernels then cannot run: one line, no record
+    assert main([*args, "--results", str(tmp_path / "other")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith("error: lra bench tiles times flash's kernels: 'flash' is a Triton GPU kernel")
+    assert not (tmp_path / "other").exists()

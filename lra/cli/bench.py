@@ -121,12 +121,16 @@ def cmd_bench_attention(args) -> int:
 
 
 def cmd_bench_tiles(args) -> int:
+    from attention_impls import why_cannot_run
     from lra.bench.tile_tuner import format_tiles_table, tune_tiles
-    from lra.core.errors import ConfigError
+    from lra.core.errors import ConfigError, RunSetupError
 
     shape = tuple(int_list(args.shape)) if args.shape else None
     if shape is not None and len(shape) != 3:
         raise ConfigError(f"--shape {args.shape!r}: give batch,heads,seq, e.g. 64,2,16384")
+    reason = why_cannot_run("flash", args.device)
+    if reason:
+        raise RunSetupError(f"lra bench tiles times flash's kernels: {reason}")
     record = tune_tiles(int_list(args.head_dim), dtype=args.dtype, dropout=args.dropout, shape=shape,
                         device=args.device, jobs=args.jobs)  # fmt: skip
     out.print(format_tiles_table(record))
