@@ -231,7 +231,7 @@ def test_listops_export_reads_back(tmp_path):
 def test_export_of_a_real_data_task_is_a_user_error(tmp_path, capsys):
     assert main(["data", "export", "text", str(tmp_path / "out"), "--data-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err == "error: lra data export: task 'text' has no export (only generated tasks have one)\n"
+    assert err == "error: lra data export: task 'text' has no export (tasks that have one: listops)\n"
     assert not (tmp_path / "out").exists()
 
 

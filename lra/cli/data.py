@@ -90,7 +90,10 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     task = task_of(args.task, args)
     if not hasattr(task, "export"):
-        raise ConfigError(f"lra data export: task {task.name!r} has no export (only generated tasks have one)")
+        from tasks import TASKS
+
+        have = ", ".join(name for name, cls in TASKS.items() if hasattr(cls, "export"))
+        raise ConfigError(f"lra data export: task {task.name!r} has no export (tasks that have one: {have})")
     try:
         task.export(args.dir)
     except OSError as e:
