@@ -313,7 +313,8 @@ for pid in "${PIDS[@]}"; do wait "$pid"; done
 [ "$DEVICE" = cpu ] || nvidia-smi --query-gpu=name --format=csv,noheader
 grep -H -E "record:|resume with|rror" "$LOGS"/*.log | tail -n 40
 # A call brings back at most 8 files of 16 MiB, 64 MiB in all: the archive comes back in 15 MiB parts
-# (back.txz.part0, ...; take_back.sh joins them). The campaigns' --from sources are read, never written: they stay out.
+# (back.txz.part0, ...; take_back.sh joins them). The campaigns' --from sources are read, never written: they stay out
+# (with CAMPAIGN_FROM=own the lines' own Path-X chains still come back, unchanged: take_back.sh commits nothing new).
 # xz at its largest window (scripts/pack_xz.py): a Path-256 state packs to ~7.5 MB where gzip made 31 (two side by side
 # were over the 64 MiB), in ~7 s on one core.
 python3 scripts/pack_xz.py /tmp/lra/back.txz --leave-out "campaigns/$SOURCE" \

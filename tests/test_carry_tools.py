@@ -86,7 +86,6 @@ def test_a_member_outside_the_cache_is_refused(tmp_path):
     assert not (tmp_path / "escaped.npy").exists()
 
 
-@pytest.mark.skipif(shutil.which("git") is None or shutil.which("numfmt") is None, reason="needs git, numfmt")
 def test_pack_xz_packs_folders_under_their_names_and_leaves_out_locks_and_the_named(tmp_path):
     for name, data in {"runs/a/best.pt": b"a" * 5000, "runs/a/run.lock": b"pid", "runs/src/best.pt": b"s",
                        "logs/a.log": b"log"}.items():  # fmt: skip
@@ -112,6 +111,7 @@ def test_pack_xz_without_a_folder_gives_the_usage_and_writes_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.skipif(shutil.which("git") is None or shutil.which("numfmt") is None, reason="needs git, numfmt")
 def test_carry_size_adds_the_tree_and_the_carries_and_fails_over_64_mib(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()

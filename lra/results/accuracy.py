@@ -139,9 +139,9 @@ def _markers_note(markers: Sequence[dict[str, Any]], tasks: list[str]) -> list[s
     """What the markers' places alone score on each of `tasks` that has a markers_baseline record (the newest)."""
     found = {}
     for task, recs in group_by(markers, lambda r: r.get("task")).items():
-        value = newest(recs).get("metrics", {}).get("mlp_acc")
-        if task in tasks and value is not None:
-            found[task] = (value, newest(recs).get("metrics", {}).get("distance_acc"))
+        metrics = newest(recs).get("metrics", {})
+        if task in tasks and metrics.get("mlp_acc") is not None:
+            found[task] = (metrics["mlp_acc"], metrics.get("distance_acc"))
     if not found:
         return []
     listed = ", ".join(
