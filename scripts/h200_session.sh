@@ -39,6 +39,9 @@
 #            before the pilots (with PILOTS=0, a session for the chains alone; DRAW=0 leaves the target's own draw out);
 #            with CAMPAIGN_FROM=own each line NAME runs --from its own Path-X chain, campaigns/path-x-NAME (the seeds'
 #            Path-256 stages, scripts/path_256_seeds.txt), this machine's copy where the chain ended in this session.
+#            A line whose settings begin `--from FOLDER` runs from campaigns/FOLDER whatever CAMPAIGN_FROM says (the
+#            moonshot's flash seeds, from the block_sparse_flash seeds' chains); a source is read only when its
+#            campaign starts, so it may be removed once the line's own state is committed.
 #            BESIDE_SPEED="TASK ..." (first call): the draw on cores 4-15 (12 workers) while the `speed` phase's bench
 #            runs on cores 0-3 for those tasks, one after another while the draw lasts (the GPU is idle till then).
 #            BESIDE_KERNEL=1 (first call): the same for the `kernel` phase's dropout run (SEQS=1k,16k keeps it to about
@@ -216,24 +219,35 @@ kernel_table() {  # issue 33's table, one `lra bench attention` run per dropout 
 
 session_left() { echo $((CAMPAIGN_END - ($(date +%s) - START))); }  # seconds to the session's end, now
 
-campaigns() {  # start CAMPAIGN_FILE's campaigns, each as TARGET-NAME (--from $SOURCE, or a chain of its own)
+line_source() {  # line_source NAME [SETTINGS...]: the campaigns/ folder a campaign line starts from (none: scratch)
+    local name=$1; shift
+    if [ "${1:-}" = --from ]; then echo "$2"; return; fi  # the line's own source
+    local source=${CAMPAIGN_FROM:-$SOURCE}
+    [ "$source" = own ] && source=path-x-$name  # the line's own Path-X chain (the seeds' Path-256 stages)
+    echo "$source"
+}
+
+campaigns() {  # start CAMPAIGN_FILE's campaigns, each as TARGET-NAME (--from its source, or a chain of its own)
     [ "${CAMPAIGNS:-1}" = 1 ] || return 0
     local name attn settings state source from
     mkdir -p /tmp/lra/campaigns
     set -f  # a campaign's settings are words, never file patterns
     while read -r name attn settings; do
         [ -z "$name" ] || [ "${name:0:1}" = "#" ] || started "campaign-$TARGET-$name" && continue
-        source=${CAMPAIGN_FROM:-$SOURCE} from=()
-        [ "$source" = own ] && source=path-x-$name  # the line's own Path-X chain (the seeds' Path-256 stages)
-        if [ "$source" != none ]; then  # this machine's copy where it has one: a chain that ended in this session
-            [ -d "/tmp/lra/campaigns/$source" ] || cp -r "campaigns/$source" /tmp/lra/campaigns/
-            from=(--from "/tmp/lra/campaigns/$source")
-        fi
+        # shellcheck disable=SC2086
+        source=$(line_source "$name" $settings) from=()
+        [ "${settings%% *}" != --from ] || read -r _ _ settings <<< "$settings"
         state=/tmp/lra/campaigns/$TARGET-$name
         [ -d "$state" ] || { [ -d "campaigns/$TARGET-$name" ] && cp -r "campaigns/$TARGET-$name" "$state"; }
         # a Path-256 stage cut short in an earlier session, packed by scripts/carry_state.sh
         [ -d "$state" ] || [ ! -f "campaigns/$TARGET-$name.txz" ] ||
             python3 scripts/unpack_carry.py /tmp/lra/campaigns "campaigns/$TARGET-$name.txz"
+        # --from is read only when the campaign starts: a chain under way needs no source (it may be gone by then)
+        if [ "$source" != none ] && [ ! -f "$state/campaign.json" ]; then
+            # this machine's copy where it has one: a chain that ended in this session
+            [ -d "/tmp/lra/campaigns/$source" ] || cp -r "campaigns/$source" /tmp/lra/campaigns/
+            from=(--from "/tmp/lra/campaigns/$source")
+        fi
         # shellcheck disable=SC2086
         detach "campaign-$TARGET-$name" campaign "$TARGET" --attn "${CAMPAIGN_ATTN:-$attn}" --state "$state" "${from[@]}" \
             --device "$DEVICE" --workers 15 --time-limit "$(session_left)s" ${SMALL:-} $settings
@@ -313,12 +327,22 @@ for pid in "${PIDS[@]}"; do wait "$pid"; done
 [ "$DEVICE" = cpu ] || nvidia-smi --query-gpu=name --format=csv,noheader
 grep -H -E "record:|resume with|rror" "$LOGS"/*.log | tail -n 40
 # A call brings back at most 8 files of 16 MiB, 64 MiB in all: the archive comes back in 15 MiB parts
-# (back.txz.part0, ...; take_back.sh joins them). The campaigns' --from sources are read, never written: they stay out
-# (with CAMPAIGN_FROM=own the lines' own Path-X chains still come back, unchanged: take_back.sh commits nothing new).
+# (back.txz.part0, ...; take_back.sh joins them). The campaigns' --from sources are read, never written: they stay out,
+# CAMPAIGN_FROM's and the lines' own `--from FOLDER`s (with CAMPAIGN_FROM=own the lines' own Path-X chains still come
+# back: unchanged, take_back.sh commits nothing new; ended in this session, their final state).
 # xz at its largest window (scripts/pack_xz.py): a Path-256 state packs to ~7.5 MB where gzip made 31 (two side by side
 # were over the 64 MiB), in ~7 s on one core.
-python3 scripts/pack_xz.py /tmp/lra/back.txz --leave-out "campaigns/$SOURCE" \
-    --leave-out "campaigns/${CAMPAIGN_FROM:-$SOURCE}" /tmp/lra/results=results /tmp/lra/logs=logs \
+leave_out=(--leave-out "campaigns/$SOURCE" --leave-out "campaigns/${CAMPAIGN_FROM:-$SOURCE}")
+if [ "$PHASE" = path-x ] || [ "$PHASE" = path-256 ]; then  # and the sources that lines name with --from
+    set -f
+    while read -r name attn settings; do
+        [ -z "$name" ] || [ "${name:0:1}" = "#" ] || [ "${settings%% *}" != --from ] && continue
+        # shellcheck disable=SC2086
+        leave_out+=(--leave-out "campaigns/$(line_source "$name" $settings)")
+    done < "${CAMPAIGN_FILE:-scripts/${PHASE//-/_}_campaigns.txt}"
+    set +f
+fi
+python3 scripts/pack_xz.py /tmp/lra/back.txz "${leave_out[@]}" /tmp/lra/results=results /tmp/lra/logs=logs \
     /tmp/lra/campaigns=campaigns
 [ "$(stat -c %s /tmp/lra/back.txz)" -le $((60 * 1024 * 1024)) ] || echo "WARNING: the archive is over 60 MiB" >&2
 split -b 15M -d -a 1 /tmp/lra/back.txz "$OUT/back.txz.part"

@@ -1,8 +1,8 @@
 """The campaign lines a device session runs (scripts/path_x_campaigns.txt, path_256_campaigns.txt, path_x_seeds.txt,
 path_256_seeds.txt): each names a backend and settings that plan, and a line run `--from` the scripts' source (or, for
-the seeds' Path-256 stages, its own Path-X chain) shares every stage before its own with that committed state, so that
-a session trains only what the line changes (a preset edit that broke the sharing would retrain Pathfinder-32 and
-Path-64, a third of a session, before anyone noticed)."""
+the seeds' Path-256 stages, its own Path-X chain; or the folder the line names, `--from FOLDER`) shares every stage
+before its own with that committed state, so that a session trains only what the line changes (a preset edit that
+broke the sharing would retrain Pathfinder-32 and Path-64, a third of a session, before anyone noticed)."""
 
 from __future__ import annotations
 
@@ -35,13 +35,17 @@ def source_state() -> Path:
     return ROOT / "campaigns" / found.group(1)
 
 
-def campaign_lines(name: str) -> list[tuple[str, str, int, list[str]]]:
-    """(name, backend, seed, --set values) of each line that is not blank or a comment."""
+def campaign_lines(name: str) -> list[tuple[str, str, str | None, int, list[str]]]:
+    """(name, backend, its own --from folder or None, seed, --set values) of each line that is not blank or a
+    comment."""
     out = []
     for line in (SCRIPTS / name).read_text().splitlines():
         if not line.strip() or line.startswith("#"):
             continue
         label, backend, *words = shlex.split(line)
+        source = None
+        if words[:1] == ["--from"]:  # the script reads a line's own source first, and only there
+            source, words = words[1], words[2:]
         seed, sets = 0, []
         for flag, value in zip(words[::2], words[1::2], strict=True):
             assert flag in ("--set", "--seed"), f"{name}: {label} has {flag}; the script passes --set and --seed only"
@@ -49,8 +53,17 @@ def campaign_lines(name: str) -> list[tuple[str, str, int, list[str]]]:
                 seed = int(value)
             else:
                 sets.append(value)
-        out.append((label, backend, seed, sets))
+        out.append((label, backend, source, seed, sets))
     return out
+
+
+def line_state(label: str, runs_from: str, source: str | None) -> Path:
+    """The committed state whose finished stages a line takes: its own --from folder while it is committed (once
+    the line's chain has started, the chain holds them), else the script's source or the line's own Path-X chain."""
+    if source is not None:
+        own = ROOT / "campaigns" / source
+        return own if own.is_dir() else ROOT / "campaigns" / f"path-x-{label}"
+    return ROOT / "campaigns" / f"path-x-{label}" if runs_from == "own" else source_state()
 
 
 def test_the_scripts_source_is_a_committed_finished_campaign():
@@ -67,11 +80,12 @@ def done_stages(state: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize(("name", "target", "runs_from"), FILES)
 def test_each_line_plans_and_shares_all_but_its_last_stage_with_its_source(name, target, runs_from):
-    for label, backend, seed, sets in campaign_lines(name):
+    for label, backend, source, seed, sets in campaign_lines(name):
         assert backend in BACKENDS.names(), f"{name}: {label} names no backend ({backend})"
         stages = plan_stages(target, attn=backend, preset="curriculum", seed=seed, overrides=sets)
         assert stages[-1].task == target
-        state = ROOT / "campaigns" / f"path-x-{label}" if runs_from == "own" else source_state()
+        state = line_state(label, runs_from, source)
+        assert (state / "campaign.json").is_file(), f"{name}: {label} runs from {state}, which is not committed"
         done = done_stages(state)
         shared = [s.task for s in stages if done.get(s.task) == config_hash(s.config)]
         if runs_from == "none":  # a chain of its own: another seed shares nothing
