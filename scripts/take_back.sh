@@ -28,7 +28,22 @@ for kind in txz tgz; do
     [ -z "$archive" ] || break
 done
 [ -n "$archive" ] || { echo "no back.txz, back.tgz or their .part* in $files_at: was the call's OUT written?" >&2; exit 2; }
-# tar tells xz from gzip by the archive's first bytes
+# The records' commits: COMMIT is typed into each call by hand (the machine's copy of .git is stale), and a mistyped
+# one names no commit on the leaderboard (2026-12-06: 835d8b7c for 835d8b7). Said here, before anything is curated.
+# tar tells xz from gzip by the archive's first bytes.
+if tar -xf "$archive" -C "$unpacked" results 2> /dev/null; then
+    python3 - "$unpacked/results" <<'PY' | while read -r record commit; do
+import json, pathlib, sys
+for path in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
+    commit = (json.loads(path.read_text()).get("git_commit") or "").split("+")[0]  # "+dirty": a tree with edits
+    if commit:
+        print(path.name, commit)
+PY
+        git rev-parse --verify --quiet "$commit^{commit}" > /dev/null ||
+            echo "WARNING: results/$record names commit $commit, which this repository does not have (a mistyped" \
+                "COMMIT?): give its git_commit the commit the call ran when curating it" >&2
+    done
+fi
 tar -xf "$archive" -C "$unpacked" campaigns 2> /dev/null || { echo "no campaigns/ in $archive: nothing to commit"; exit 0; }
 mkdir -p campaigns
 taken=()  # the folders this call brought home: the commit names them, and nothing else

@@ -40,16 +40,22 @@ def call_files(
     checkpoint: bytes,
     campaigns: tuple[str, ...] = ("path-x-t",),
     kind: str = "txz",
+    records: dict[str, str] | None = None,
 ) -> Path:
     """A call's files_at folder holding back.txz (h200_session.sh's archive; back.tgz with kind="tgz", as calls made
-    before 2026-12-06 wrote it) with campaigns/path-x-t (or these campaigns) in it."""
+    before 2026-12-06 wrote it) with campaigns/path-x-t (or these campaigns) in it, and results/NAME.json naming
+    each of `records`' commits."""
+    staged = tmp / f"staged-{name}"
     for campaign in campaigns:
-        state(tmp / f"staged-{name}" / "campaigns" / campaign, steps, checkpoint)
-    staged = tmp / f"staged-{name}" / "campaigns" / campaigns[0]
+        state(staged / "campaigns" / campaign, steps, checkpoint)
+    (staged / "results").mkdir()
+    for record, commit in (records or {}).items():
+        (staged / "results" / f"{record}.json").write_text(json.dumps({"kind": "run", "git_commit": commit}))
     files_at = tmp / name
     files_at.mkdir()
     with tarfile.open(files_at / f"back.{kind}", "w:xz" if kind == "txz" else "w:gz") as tar:
-        tar.add(staged.parent, arcname="campaigns")
+        tar.add(staged / "campaigns", arcname="campaigns")
+        tar.add(staged / "results", arcname="results")
     return files_at
 
 
@@ -85,6 +91,18 @@ def test_a_call_s_state_is_committed_and_one_that_went_back_is_refused(repo, tmp
     assert "behind the committed one" in refused.stderr
     assert (repo / "campaigns/path-x-t/pathfinder/best.pt").read_bytes() == b"ahead"
     assert len(git(repo, "log", "--oneline").splitlines()) == 2
+
+
+def test_a_record_naming_a_commit_the_repository_lacks_is_flagged(repo, tmp_path):
+    """COMMIT is typed into each device call by hand; session 23 typed 835d8b7c for 835d8b7."""
+    head = git(repo, "rev-parse", "HEAD").strip()
+    mistyped = head[:7] + ("0" if head[7] != "0" else "1")  # hex, one digit longer, no commit's prefix
+    records = {"ran-head": head[:7], "dirty": f"{head[:12]}+dirty", "mistyped": mistyped, "none": ""}
+    done = take_back(repo, call_files(tmp_path, "1", {"pathfinder": 37440}, b"s", records=records))
+    assert done.returncode == 0, done.stderr
+    flagged = [line for line in done.stderr.splitlines() if line.startswith("WARNING")]
+    assert len(flagged) == 1 and f"results/mistyped.json names commit {mistyped}," in flagged[0]
+    assert (repo / "campaigns/path-x-t/pathfinder/best.pt").read_bytes() == b"s"  # the state still comes home
 
 
 def test_a_missing_archive_is_a_clear_error_that_touches_nothing(repo, tmp_path):
