@@ -192,6 +192,20 @@ def test_a_misspelt_backend_is_refused_before_the_state_folder_is_written(tmp_pa
         assert not state.exists()
 
 
+def test_a_source_it_cannot_start_from_is_refused_before_the_state_folder_is_written(tmp_path, capsys):
+    # As a misspelt backend: a folder left behind would hold a lock and no ledger, for nobody.
+    source = tmp_path / "source"  # a campaign with no finished stage yet
+    source.mkdir()
+    (source / "campaign.json").write_text(json.dumps({"format": 1, "stages": {}, "sessions": []}))
+    state = tmp_path / "state"
+    for where, said in ((tmp_path / "none", "no campaign there"), (source, "no finished stage this campaign shares")):
+        argv = ["campaign", "path-64", "--attn", "naive", "--state", str(state), "--preset", "tiny", "--device", "cpu",
+                "--from", str(where), *[w for s in SETS for w in ("--set", s)]]  # fmt: skip
+        assert main(argv) == 2
+        assert said in capsys.readouterr().err
+        assert not state.exists()
+
+
 def test_the_chance_margin_is_four_standard_errors_and_at_least_a_point():
     assert chance_margin(0.5, 20_000) == pytest.approx(4 * (0.25 / 20_000) ** 0.5)  # 1.41 points
     assert chance_margin(0.5, 1_000_000) == 0.01

@@ -155,6 +155,8 @@ def run_campaign(opts: CampaignOptions, budget: TimeBudget | None = None) -> dic
         opts.target, attn=opts.attn, preset=opts.preset, seed=opts.seed, overrides=list(opts.overrides)
     )
     state = opts.state
+    if opts.from_state is not None and read_ledger(state) is None:
+        taken_stages(stages, opts.from_state)  # a source it cannot start from is refused before the folder is made
     state.mkdir(parents=True, exist_ok=True)
     with owned(state):
         (state / ".gitignore").write_text(GITIGNORE)
@@ -476,12 +478,18 @@ def shared_stages(stages: list[Stage], source: Path) -> tuple[dict[str, Any], li
     return other, shared
 
 
-def inherit(ledger: dict[str, Any], stages: list[Stage], state: Path, source: Path) -> None:
-    """Start a new campaign from another one's finished stages (`--from`): each leading stage that the other
-    campaign finished with the same config is copied (its small files) with the device seconds it cost there."""
+def taken_stages(stages: list[Stage], source: Path) -> tuple[dict[str, Any], list[Stage]]:
+    """shared_stages, refusing a source that shares none: what `--from source` starts a new campaign with."""
     other, shared = shared_stages(stages, source)
     if not shared:
         raise RunSetupError(f"--from {source}: it has no finished stage this campaign shares (same task and config)")
+    return other, shared
+
+
+def inherit(ledger: dict[str, Any], stages: list[Stage], state: Path, source: Path) -> None:
+    """Start a new campaign from another one's finished stages (`--from`): each leading stage that the other
+    campaign finished with the same config is copied (its small files) with the device seconds it cost there."""
+    other, shared = taken_stages(stages, source)
     for stage in shared:
         theirs = RunDir(source / stage.task)
         (state / stage.task).mkdir(parents=True, exist_ok=True)
