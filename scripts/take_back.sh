@@ -35,7 +35,10 @@ if tar -xf "$archive" -C "$unpacked" results 2> /dev/null; then
     python3 - "$unpacked/results" <<'PY' | while read -r record commit; do
 import json, pathlib, sys
 for path in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
-    commit = (json.loads(path.read_text()).get("git_commit") or "").split("+")[0]  # "+dirty": a tree with edits
+    try:  # a record it cannot read is for the curating to find; the campaigns' state must still come home
+        commit = (json.loads(path.read_text()).get("git_commit") or "").split("+")[0]  # "+dirty": a tree with edits
+    except (OSError, ValueError, AttributeError):
+        continue
     if commit:
         print(path.name, commit)
 PY

@@ -51,6 +51,7 @@ def call_files(
     (staged / "results").mkdir()
     for record, commit in (records or {}).items():
         (staged / "results" / f"{record}.json").write_text(json.dumps({"kind": "run", "git_commit": commit}))
+    (staged / "results" / "cut.json").write_text('{"kind": "ru')  # a record cut short: no commit to read
     files_at = tmp / name
     files_at.mkdir()
     with tarfile.open(files_at / f"back.{kind}", "w:xz" if kind == "txz" else "w:gz") as tar:
