@@ -144,6 +144,14 @@ alive() {  # alive PATTERN: whether a detached command named PATTERN is still ru
 
 started() { [ -f "/tmp/lra/pids/$1.pid" ]; }  # started NAME: whether this machine has started NAME already
 
+# How busy the GPU is, every 15 s for the machine's life (logs/gpu.log comes back with every call): whether the
+# chains side by side leave it room for more work beside them
+[ "$DEVICE" = cpu ] || started gpu-log || {
+    setsid nohup nvidia-smi --query-gpu=timestamp,utilization.gpu,power.draw,memory.used --format=csv,noheader -l 15 \
+        > "$LOGS/gpu.log" 2>&1 < /dev/null &
+    echo $! > /tmp/lra/pids/gpu-log.pid
+}
+
 listops_run() {  # listops_run NAME BACKEND SEED [--set ...]
     local name=$1 attn=$2 seed=$3; shift 3
     bg "$name" run listops --attn "$attn" --preset "$PRESET" --device "$DEVICE" --seed "$seed" --time-limit "$(left)s" "$@"
