@@ -94,6 +94,18 @@ def test_a_call_s_state_is_committed_and_one_that_went_back_is_refused(repo, tmp
     assert len(git(repo, "log", "--oneline").splitlines()) == 2
 
 
+@pytest.mark.skipif(shutil.which("numfmt") is None, reason="carry_size.sh needs numfmt")
+def test_it_says_what_the_next_call_carries_and_when_that_is_over(repo, tmp_path):
+    done = take_back(repo, call_files(tmp_path, "1", {"pathfinder": 37440}, b"s"))
+    assert done.returncode == 0 and "of a call's 64MiB" in done.stderr and "refused" not in done.stderr
+    with open(repo / "big.bin", "wb") as f:  # sparse: 65 MiB by its size (carry_size counts that), nothing written
+        f.truncate(65 << 20)
+    over = take_back(repo, call_files(tmp_path, "2", {"pathfinder": 37440, "path-64": 10}, b"s"))
+    assert over.returncode == 0, over.stderr  # the state still comes home and is committed
+    assert "over by" in over.stderr and "the next call would be refused" in over.stderr
+    assert "campaigns/path-x-t/campaign.json" in git(repo, "show", "--name-only", "HEAD")
+
+
 def test_a_record_naming_a_commit_the_repository_lacks_is_flagged(repo, tmp_path):
     """COMMIT is typed into each device call by hand; session 23 typed 835d8b7c for 835d8b7."""
     head = git(repo, "rev-parse", "HEAD").strip()
