@@ -30,8 +30,9 @@ done
 [ -n "$archive" ] || { echo "no back.txz, back.tgz or their .part* in $files_at: was the call's OUT written?" >&2; exit 2; }
 # The records' commits: COMMIT is typed into each call by hand (the machine's copy of .git is stale), and a mistyped
 # one names no commit on the leaderboard (2026-12-06: 835d8b7c for 835d8b7). Said here, before anything is curated.
-# tar tells xz from gzip by the archive's first bytes.
-if tar -xf "$archive" -C "$unpacked" results 2> /dev/null; then
+# One extraction for both (tar tells xz from gzip by the archive's first bytes; a member missing from it is skipped).
+tar -xf "$archive" -C "$unpacked" results campaigns 2> /dev/null || true
+if [ -d "$unpacked/results" ]; then
     python3 - "$unpacked/results" <<'PY' | while read -r record commit; do
 import json, pathlib, sys
 for path in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
@@ -47,7 +48,7 @@ PY
                 "COMMIT?): give its git_commit the commit the call ran when curating it" >&2
     done
 fi
-tar -xf "$archive" -C "$unpacked" campaigns 2> /dev/null || { echo "no campaigns/ in $archive: nothing to commit"; exit 0; }
+[ -d "$unpacked/campaigns" ] || { echo "no campaigns/ in $archive: nothing to commit"; exit 0; }
 mkdir -p campaigns
 taken=()  # the folders this call brought home: the commit names them, and nothing else
 for state in "$unpacked"/campaigns/*/; do
