@@ -31,7 +31,8 @@
 #            PILOTS=0 skips them.
 #            Once no pilot runs, the campaigns of CAMPAIGN_FILE (default scripts/path_x_campaigns.txt, the same kind
 #            of lines) side by side, each `lra campaign path-x --attn BACKEND` with its settings into
-#            campaigns/path-x-NAME (resumed from the committed state where there is one), --from
+#            campaigns/path-x-NAME (resumed from the committed state where there is one: packed, NAME.txz, as
+#            take_back.sh commits it, or a folder; this machine's copy where it is as far on), --from
 #            path-x-bsf-local-frozen (the stages it shares: a campaign's config hash leaves the backend out, so a line
 #            must change the Path-X stage, e.g. --set path-x:train.steps=6240), detached, until CAMPAIGN_END; every
 #            call waits for them.
@@ -80,10 +81,12 @@ SOURCE=path-x-bsf-local-frozen
 # issue 34's baselines (the FlashAttention paper's Table 3, the LRA paper's rows, nystrom), for `speed` and `baselines`
 paper_rows=linformer,linear,performer,local,reformer,smyrf,sparse_transformer,longformer,sinkhorn,synthesizer,bigbird
 BASELINES=${BASELINES:-$paper_rows,nystrom}
-# A machine can come with an earlier session's /tmp/lra (seen 2026-12-05: a day-old chain's logs and records): its pid
-# files would make this session skip what they name, and its records would come back as this session's. Files an
-# hour old cannot be this session's (a machine is held 30 minutes at most): set them aside; data and caches stay.
-if [ -n "$(find /tmp/lra/pids /tmp/lra/logs -maxdepth 1 -type f -mmin +60 2> /dev/null | head -n 1)" ]; then
+# A machine can come with an earlier session's /tmp/lra (seen 2026-12-05: a day-old chain's logs and records; on
+# 2026-12-06 one 55 minutes old): its pid files would make this session skip what they name, and its records would
+# come back as this session's. Files 35 minutes old cannot be this session's on this machine (a machine is held 30
+# minutes at most, and a new one starts bare): set them aside; data and caches stay. (bring_state also sets aside a
+# campaign state behind the committed one, whatever its age.)
+if [ -n "$(find /tmp/lra/pids /tmp/lra/logs -maxdepth 1 -type f -mmin +35 2> /dev/null | head -n 1)" ]; then
     earlier=/tmp/lra-earlier-$START
     mkdir -p "$earlier"
     for d in pids logs results runs campaigns; do [ -e "/tmp/lra/$d" ] && mv "/tmp/lra/$d" "$earlier/"; done
@@ -235,6 +238,25 @@ line_source() {  # line_source NAME [SETTINGS...]: the campaigns/ folder a campa
     echo "$source"
 }
 
+bring_state() {  # bring_state NAME: the committed campaigns/NAME (a folder, or packed: NAME.txz) into /tmp/lra/campaigns
+    # where this machine has no copy as far on (one that ran in this session is ahead or level); a copy behind it, an
+    # earlier session's left on a machine lent again, is set aside (resuming it would train those steps twice)
+    local name=$1 committed=campaigns/$1.txz
+    [ -f "$committed" ] || committed=campaigns/$name  # take_back.sh packs states; folders: sources, older states
+    [ -e "$committed" ] || return 0
+    if [ -d "/tmp/lra/campaigns/$name" ]; then
+        [ "$(python3 scripts/state_steps.py "/tmp/lra/campaigns/$name")" -lt \
+            "$(python3 scripts/state_steps.py "$committed")" ] || return 0
+        mv "/tmp/lra/campaigns/$name" "/tmp/lra/campaigns-behind-$START-$name"
+        echo "set aside /tmp/lra/campaigns/$name: behind the committed $committed" >&2
+    fi
+    if [ -d "$committed" ]; then
+        cp -r "$committed" "/tmp/lra/campaigns/$name"
+    else
+        python3 scripts/unpack_carry.py /tmp/lra/campaigns "$committed"
+    fi
+}
+
 campaigns() {  # start CAMPAIGN_FILE's campaigns, each as TARGET-NAME (--from its source, or a chain of its own)
     [ "${CAMPAIGNS:-1}" = 1 ] || return 0
     local name attn settings state source from
@@ -246,14 +268,10 @@ campaigns() {  # start CAMPAIGN_FILE's campaigns, each as TARGET-NAME (--from it
         source=$(line_source "$name" $settings) from=()
         [ "${settings%% *}" != --from ] || read -r _ _ settings <<< "$settings"
         state=/tmp/lra/campaigns/$TARGET-$name
-        [ -d "$state" ] || { [ -d "campaigns/$TARGET-$name" ] && cp -r "campaigns/$TARGET-$name" "$state"; }
-        # a Path-256 stage cut short in an earlier session, packed by scripts/carry_state.sh
-        [ -d "$state" ] || [ ! -f "campaigns/$TARGET-$name.txz" ] ||
-            python3 scripts/unpack_carry.py /tmp/lra/campaigns "campaigns/$TARGET-$name.txz"
+        bring_state "$TARGET-$name"
         # --from is read only when the campaign starts: a chain under way needs no source (it may be gone by then)
         if [ "$source" != none ] && [ ! -f "$state/campaign.json" ]; then
-            # this machine's copy where it has one: a chain that ended in this session
-            [ -d "/tmp/lra/campaigns/$source" ] || cp -r "campaigns/$source" /tmp/lra/campaigns/
+            bring_state "$source"  # this machine's copy where it is as far on: a chain that ended in this session
             from=(--from "/tmp/lra/campaigns/$source")
         fi
         # shellcheck disable=SC2086

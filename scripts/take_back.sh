@@ -6,8 +6,14 @@
 #
 # FILES_AT  the call's files_at folder (it holds back.txz, or its parts back.txz.part0, back.txz.part1, ...; calls
 #           made before 2026-12-06 wrote back.tgz, which is read the same way)
-# Every campaign state folder in the archive replaces campaigns/NAME; nothing else is touched (curate the records in
-# its results/ by hand once a stage is done). Takes a second or two: the next call must still come within 30 s.
+# Every campaign state folder in the archive is committed packed, as campaigns/NAME.txz (scripts/pack_xz.py: a Path-X
+# state's 12 MiB pack to ~7, its best.pt and last.pt share the position table), replacing the state committed before
+# (a folder campaigns/NAME, as states were committed until 2026-12-06, is removed); a state behind the committed one is
+# refused. Nothing else is touched (curate the records in its results/ by hand once a stage is done). Packed, three
+# Path-X chains leave room in a call for Path-X's pairs (.device/data.txz, 15.7 MiB), so that a call that lands on a
+# bare machine draws Path-X's images from them in ~2 minutes, not from scratch in ~8 (session 24 lost a machine
+# between two calls: its third call drew for 8 of its 9 minutes). h200_session.sh unpacks campaigns/NAME.txz.
+# Takes ~5 s with three chains (the packing runs side by side): the next call must still come within 30 s.
 # Path-256's state folders (path-256-*) are not committed: 35-50 MB with their 65,536-position tables, too big to add
 # to the history after every call; a Path-256 stage ends within its session where it can, and its record is what
 # comes home (the archive's results/). Each is kept in the git-ignored .device/states/NAME instead: for a stage cut
@@ -50,7 +56,8 @@ PY
 fi
 [ -d "$unpacked/campaigns" ] || { echo "no campaigns/ in $archive: nothing to commit"; exit 0; }
 mkdir -p campaigns
-taken=()  # the folders this call brought home: the commit names them, and nothing else
+taken=() packing=()  # the states this call brought home, and their packing jobs
+here=$(dirname "$0")
 for state in "$unpacked"/campaigns/*/; do
     name=$(basename "$state")
     [ -f "$state/campaign.json" ] || { echo "skipping $name: no campaign.json" >&2; continue; }
@@ -62,27 +69,31 @@ for state in "$unpacked"/campaigns/*/; do
         continue
         ;;
     esac
-    if [ -f "campaigns/$name/campaign.json" ] && ! python3 - "campaigns/$name/campaign.json" "$state/campaign.json" <<'PY'
-import json, sys
-def steps(path):  # steps done over all stages: a state never goes back unless it was restarted from scratch
-    return sum(s.get("steps", 0) or 0 for s in json.load(open(path))["stages"].values())
-sys.exit(0 if steps(sys.argv[2]) >= steps(sys.argv[1]) else 1)
-PY
-    then
+    committed=campaigns/$name.txz
+    [ -f "$committed" ] || committed=campaigns/$name  # a state committed as a folder before 2026-12-06
+    if [ -e "$committed" ] &&
+        [ "$(python3 "$here/state_steps.py" "$state")" -lt "$(python3 "$here/state_steps.py" "$committed")" ]; then
         echo "skipping $name: the archive's state is behind the committed one (a call that started it afresh?)" >&2
         continue
     fi
-    rm -rf "campaigns/$name.new" && cp -r "$state" "campaigns/$name.new"
-    rm -rf "campaigns/$name" && mv "campaigns/$name.new" "campaigns/$name"
-    git add -A "campaigns/$name"
-    taken+=("campaigns/$name")
+    python3 "$here/pack_xz.py" "campaigns/$name.txz" "$state=$name" & packing+=($!)  # ~3 s a state: side by side
+    taken+=("$name")
 done
-if [ ${#taken[@]} -gt 0 ] && ! git diff --cached --quiet -- "${taken[@]}"; then
-    git commit -q -m "campaign state after a device call ($(basename "$1"))" -- "${taken[@]}"
+for pid in ${packing[@]+"${packing[@]}"}; do wait "$pid"; done
+paths=()  # what the commit names, and nothing else
+for name in ${taken[@]+"${taken[@]}"}; do
+    if [ -n "$(git ls-files "campaigns/$name/")" ]; then  # packed from now on: the folder goes
+        git rm -rq "campaigns/$name/" && paths+=("campaigns/$name")
+    fi
+    rm -rf "campaigns/$name"
+    git add "campaigns/$name.txz" && paths+=("campaigns/$name.txz")
+done
+if [ ${#paths[@]} -gt 0 ] && ! git diff --cached --quiet -- "${paths[@]}"; then
+    git commit -q -m "campaign state after a device call ($(basename "$1"))" -- "${paths[@]}"
 fi
 git log --oneline -1
 # The tree travels with every call, 64 MiB at most with the carries: new chains' states can take it over (a session
-# that starts two Path-X chains adds ~24 MiB), and an over-size call is refused
+# that starts two Path-X chains adds ~14 MiB packed), and an over-size call is refused
 if command -v numfmt > /dev/null; then
     bash "$(dirname "$0")/carry_size.sh" || echo "the next call would be refused: remove what it does not need (a" \
         "--from source whose line's own state is now committed, an ended chain whose record is curated) and commit" >&2

@@ -6,6 +6,7 @@ broke the sharing would retrain Pathfinder-32 and Path-64, a third of a session,
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shlex
@@ -19,6 +20,9 @@ from lra.train.config import config_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
+_spec = importlib.util.spec_from_file_location("state_steps", SCRIPTS / "state_steps.py")
+STATE_STEPS = importlib.util.module_from_spec(_spec)  # reads a ledger from a state folder or a packed one
+_spec.loader.exec_module(STATE_STEPS)
 FILES = [  # file, target, what its lines run --from: the script's source, none (chains of their own), or each line's
     # own Path-X chain campaigns/path-x-NAME (CAMPAIGN_FROM=own)
     ("path_x_campaigns.txt", "path-x", "source"),
@@ -57,13 +61,19 @@ def campaign_lines(name: str) -> list[tuple[str, str, str | None, int, list[str]
     return out
 
 
+def committed(name: str) -> Path:
+    """campaigns/NAME as committed: packed (NAME.txz, as scripts/take_back.sh commits a chain) or a folder."""
+    packed = ROOT / "campaigns" / f"{name}.txz"
+    return packed if packed.is_file() else ROOT / "campaigns" / name
+
+
 def line_state(label: str, runs_from: str, source: str | None) -> Path:
     """The committed state whose finished stages a line takes: its own --from folder while it is committed (once
     the line's chain has started, the chain holds them), else the script's source or the line's own Path-X chain."""
     if source is not None:
-        own = ROOT / "campaigns" / source
-        return own if own.is_dir() else ROOT / "campaigns" / f"path-x-{label}"
-    return ROOT / "campaigns" / f"path-x-{label}" if runs_from == "own" else source_state()
+        own = committed(source)
+        return own if own.exists() else committed(f"path-x-{label}")
+    return committed(f"path-x-{label}") if runs_from == "own" else source_state()
 
 
 def test_the_scripts_source_is_a_committed_finished_campaign():
@@ -73,8 +83,8 @@ def test_the_scripts_source_is_a_committed_finished_campaign():
 
 
 def done_stages(state: Path) -> dict[str, str]:
-    """{task: config hash} of the finished stages in a committed campaign state."""
-    stages = json.loads((state / "campaign.json").read_text())["stages"]
+    """{task: config hash} of the finished stages in a committed campaign state (a folder or packed)."""
+    stages = STATE_STEPS.ledger(state)["stages"]
     return {task: stage["config_hash"] for task, stage in stages.items() if stage["status"] == "done"}
 
 
@@ -85,7 +95,7 @@ def test_each_line_plans_and_shares_all_but_its_last_stage_with_its_source(name,
         stages = plan_stages(target, attn=backend, preset="curriculum", seed=seed, overrides=sets)
         assert stages[-1].task == target
         state = line_state(label, runs_from, source)
-        assert (state / "campaign.json").is_file(), f"{name}: {label} runs from {state}, which is not committed"
+        assert state.exists(), f"{name}: {label} runs from {state}, which is not committed"
         done = done_stages(state)
         shared = [s.task for s in stages if done.get(s.task) == config_hash(s.config)]
         if runs_from == "none":  # a chain of its own: another seed shares nothing

@@ -1,6 +1,6 @@
 """scripts/unpack_carry.py (carried target pairs into a lent machine's cache, keeping what is there),
-scripts/pack_xz.py (folders into one xz archive, some left out) and scripts/carry_size.sh (what a device call would
-carry, against its 64 MiB)."""
+scripts/pack_xz.py (folders into one xz archive, some left out), scripts/state_steps.py (how far a campaign state,
+a folder or packed, has trained) and scripts/carry_size.sh (what a device call would carry, against its 64 MiB)."""
 
 from __future__ import annotations
 
@@ -144,3 +144,30 @@ def test_carry_size_adds_the_tree_and_the_carries_and_fails_over_64_mib(tmp_path
     for i in range(512):  # 512 files of 10 bytes: each counts a 4 KiB block, 2 MiB in all
         (small / f"r{i}.json").write_bytes(b"0123456789")
     assert "the tree 12.0MiB" in size().stderr
+
+
+def state_steps(*states: Path) -> list[int]:
+    done = subprocess.run([sys.executable, str(SCRIPTS / "state_steps.py"), *map(str, states)],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return [int(line) for line in done.stdout.split()]
+
+
+def test_state_steps_sums_the_stages_of_a_folder_or_a_packed_state_and_says_minus_one_for_none(tmp_path):
+    folder = tmp_path / "path-x-a"
+    (folder / "path-x").mkdir(parents=True)
+    ledger = '{"stages": {"pathfinder": {"steps": 37440}, "path-64": {"steps": 24960}, "path-x": {"steps": 31830}}}'
+    (folder / "campaign.json").write_text(ledger)
+    (folder / "path-x" / "last.pt").write_bytes(random.Random(0).randbytes(4096))
+    packed = tmp_path / "path-x-a.txz"
+    packing = subprocess.run([sys.executable, str(SCRIPTS / "pack_xz.py"), str(packed), f"{folder}=path-x-a"])
+    assert packing.returncode == 0
+    # a ledger in a stage's folder is not the state's, and a cut archive or one without a ledger reads as none
+    stray = archive(tmp_path / "stray.txz", {"path-x-a/path-x/campaign.json": ledger.encode()}, "w:xz")
+    cut = tmp_path / "cut.txz"
+    cut.write_bytes(packed.read_bytes()[:100])
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "campaign.json").write_text('{"stages": ')
+    read = state_steps(folder, packed, stray, cut, tmp_path / "bad", tmp_path / "none")
+    assert read == [37440 + 24960 + 31830] * 2 + [-1] * 4
+    usage = subprocess.run([sys.executable, str(SCRIPTS / "state_steps.py")], capture_output=True, text=True)
+    assert usage.returncode == 2 and "usage" in usage.stderr

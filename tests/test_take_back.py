@@ -60,6 +60,14 @@ def call_files(
     return files_at
 
 
+def committed(repo: Path, name: str = "path-x-t") -> dict[str, bytes]:
+    """{path under the state folder: bytes} of the state take_back.sh committed packed, campaigns/NAME.txz."""
+    with tarfile.open(repo / "campaigns" / f"{name}.txz") as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
+    assert all(path.startswith(f"{name}/") for path in files), f"packed under another name: {sorted(files)}"
+    return {path.removeprefix(f"{name}/"): data for path, data in files.items()}
+
+
 def take_back(repo: Path, files_at: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["bash", str(SCRIPT), str(files_at)], cwd=repo, env=os.environ | GIT_ENV, capture_output=True, text=True
@@ -82,16 +90,62 @@ def test_a_call_s_state_is_committed_and_one_that_went_back_is_refused(repo, tmp
     ahead = call_files(tmp_path, "1", {"pathfinder": 37440, "path-64": 100}, b"ahead")
     done = take_back(repo, ahead)
     assert done.returncode == 0, done.stderr
-    assert (repo / "campaigns/path-x-t/pathfinder/best.pt").read_bytes() == b"ahead"
+    assert committed(repo)["pathfinder/best.pt"] == b"ahead"
+    assert not (repo / "campaigns/path-x-t").exists()
     assert git(repo, "status", "--porcelain") == ""
-    assert "campaigns/path-x-t/campaign.json" in git(repo, "show", "--name-only", "HEAD")
+    assert "campaigns/path-x-t.txz" in git(repo, "show", "--name-only", "HEAD")
 
     behind = call_files(tmp_path, "2", {"pathfinder": 900}, b"behind")  # a bare machine that started afresh
     refused = take_back(repo, behind)
     assert refused.returncode == 0
     assert "behind the committed one" in refused.stderr
-    assert (repo / "campaigns/path-x-t/pathfinder/best.pt").read_bytes() == b"ahead"
+    assert committed(repo)["pathfinder/best.pt"] == b"ahead"
     assert len(git(repo, "log", "--oneline").splitlines()) == 2
+
+
+def test_a_state_committed_as_a_folder_is_replaced_by_its_packed_successor_only_when_that_is_ahead(repo, tmp_path):
+    """States were committed as folders until 2026-12-06: the folder is the committed state to compare with, and the
+    commit that packs its successor removes it. Two chains of one call come home in one commit."""
+    state(repo / "campaigns/path-x-a", {"pathfinder": 37440, "path-x": 500}, b"folder")
+    git(repo, "add", "campaigns")
+    git(repo, "commit", "-q", "-m", "a state committed as a folder")
+    behind = take_back(repo, call_files(tmp_path, "1", {"pathfinder": 37440, "path-x": 499}, b"x", ("path-x-a",)))
+    assert "skipping path-x-a: the archive's state is behind" in behind.stderr
+    assert (repo / "campaigns/path-x-a/pathfinder/best.pt").read_bytes() == b"folder"
+    assert not (repo / "campaigns/path-x-a.txz").exists()
+
+    ahead = call_files(tmp_path, "2", {"pathfinder": 37440, "path-x": 900}, b"ahead", ("path-x-a", "path-x-b"))
+    done = take_back(repo, ahead)
+    assert done.returncode == 0, done.stderr
+    assert committed(repo, "path-x-a")["pathfinder/best.pt"] == b"ahead"
+    assert committed(repo, "path-x-b")["pathfinder/best.pt"] == b"ahead"
+    assert not (repo / "campaigns/path-x-a").exists()
+    assert git(repo, "status", "--porcelain") == ""
+    changed = git(repo, "show", "--name-status", "--format=", "HEAD").splitlines()
+    folder = ["D\tcampaigns/path-x-a/campaign.json", "D\tcampaigns/path-x-a/pathfinder/best.pt"]
+    assert sorted(changed) == ["A\tcampaigns/path-x-a.txz", "A\tcampaigns/path-x-b.txz", *folder]
+    # and the packed state is the committed one from then on
+    behind = take_back(repo, call_files(tmp_path, "3", {"pathfinder": 37440, "path-x": 800}, b"x", ("path-x-a",)))
+    assert "skipping path-x-a" in behind.stderr and committed(repo, "path-x-a")["pathfinder/best.pt"] == b"ahead"
+
+
+def test_a_packed_state_is_small_where_its_checkpoints_share_a_table_and_unpacks_whole(repo, tmp_path):
+    """A Path-X state's best.pt and last.pt share the frozen position table: packed, it is one copy."""
+    table = random.Random(1).randbytes(1 << 20) * 3  # 3 MiB: 1 MiB of incompressible bytes tiled three times
+    files_at = call_files(tmp_path, "1", {"pathfinder": 37440, "path-x": 10}, b"best" + table)
+    staged = tmp_path / "staged-1/campaigns"  # what call_files packed, with last.pt added
+    (staged / "path-x-t/pathfinder/last.pt").write_bytes(b"last" + table)
+    with tarfile.open(files_at / "back.txz", "w:xz") as tar:
+        tar.add(staged, arcname="campaigns")
+
+    assert take_back(repo, files_at).returncode == 0
+    assert (repo / "campaigns/path-x-t.txz").stat().st_size < 1.2 * (1 << 20)  # of six copies of the MiB, one
+    dest = tmp_path / "machine-campaigns"
+    unpacked = subprocess.run([sys.executable, str(SCRIPT.with_name("unpack_carry.py")), str(dest),
+                               str(repo / "campaigns/path-x-t.txz")], capture_output=True, text=True)  # fmt: skip
+    assert unpacked.returncode == 0, unpacked.stderr
+    assert (dest / "path-x-t/pathfinder/last.pt").read_bytes() == b"last" + table
+    assert (dest / "path-x-t/pathfinder/best.pt").read_bytes() == b"best" + table
 
 
 @pytest.mark.skipif(shutil.which("numfmt") is None, reason="carry_size.sh needs numfmt")
@@ -103,7 +157,7 @@ def test_it_says_what_the_next_call_carries_and_when_that_is_over(repo, tmp_path
     over = take_back(repo, call_files(tmp_path, "2", {"pathfinder": 37440, "path-64": 10}, b"s"))
     assert over.returncode == 0, over.stderr  # the state still comes home and is committed
     assert "over by" in over.stderr and "the next call would be refused" in over.stderr
-    assert "campaigns/path-x-t/campaign.json" in git(repo, "show", "--name-only", "HEAD")
+    assert "campaigns/path-x-t.txz" in git(repo, "show", "--name-only", "HEAD")
 
 
 def test_a_record_naming_a_commit_the_repository_lacks_is_flagged(repo, tmp_path):
@@ -115,7 +169,7 @@ def test_a_record_naming_a_commit_the_repository_lacks_is_flagged(repo, tmp_path
     assert done.returncode == 0, done.stderr
     flagged = [line for line in done.stderr.splitlines() if line.startswith("WARNING")]
     assert len(flagged) == 1 and f"results/mistyped.json names commit {mistyped}," in flagged[0]
-    assert (repo / "campaigns/path-x-t/pathfinder/best.pt").read_bytes() == b"s"  # the state still comes home
+    assert committed(repo)["pathfinder/best.pt"] == b"s"  # the state still comes home
 
 
 def test_a_missing_archive_is_a_clear_error_that_touches_nothing(repo, tmp_path):
@@ -138,7 +192,7 @@ def test_an_archive_split_into_parts_is_joined_in_order(repo, tmp_path, kind):
 
     done = take_back(repo, files_at)
     assert done.returncode == 0, done.stderr
-    assert (repo / "campaigns/path-x-t/pathfinder/best.pt").read_bytes() == checkpoint
+    assert committed(repo)["pathfinder/best.pt"] == checkpoint
     assert git(repo, "status", "--porcelain") == ""
 
 
@@ -151,7 +205,7 @@ def test_a_path_256_state_stays_out_of_git_kept_aside_and_the_others_come_home(r
     assert "not committing path-256-t" in done.stderr
     assert not (repo / "campaigns/path-256-t").exists()
     assert (repo / ".device/states/path-256-t/pathfinder/best.pt").read_bytes() == b"state"
-    assert (repo / "campaigns/path-x-t/pathfinder/best.pt").read_bytes() == b"state"
+    assert committed(repo)["pathfinder/best.pt"] == b"state"
     assert git(repo, "status", "--porcelain") == ""
 
 
