@@ -43,6 +43,10 @@
 #            A line whose settings begin `--from FOLDER` runs from campaigns/FOLDER whatever CAMPAIGN_FROM says (the
 #            moonshot's flash seeds, from the block_sparse_flash seeds' chains); a source is read only when its
 #            campaign starts, so it may be removed once the line's own state is committed.
+#            SERIAL=1 runs the lines one at a time in the file's order, each from the end of the one before (a call
+#            that ends while one runs leaves the next to the next call): three `flash` chains side by side made ~17
+#            training steps/s together (each ~5.8, the GPU at 100%: logs/gpu.log) where one alone made 19.5, both on
+#            an H100 (sessions 23-24); serially the first line also ends first.
 #            BESIDE_SPEED="TASK ..." (first call): the draw on cores 4-15 (12 workers) while the `speed` phase's bench
 #            runs on cores 0-3 for those tasks, one after another while the draw lasts (the GPU is idle till then).
 #            BESIDE_KERNEL=1 (first call): the same for the `kernel` phase's dropout run (SEQS=1k,16k keeps it to about
@@ -264,6 +268,13 @@ campaigns() {  # start CAMPAIGN_FILE's campaigns, each as TARGET-NAME (--from it
     set -f  # a campaign's settings are words, never file patterns
     while read -r name attn settings; do
         [ -z "$name" ] || [ "${name:0:1}" = "#" ] || started "campaign-$TARGET-$name" && continue
+        if [ "${SERIAL:-0}" = 1 ]; then  # one chain at a time, in the file's order (see the header)
+            set +f  # the pid files' pattern
+            FLOOR=120 wait_detached 'campaign-*'
+            alive 'campaign-*' && break  # still running as this call ends: the next call starts the next line
+            set -f
+            [ "$(session_left)" -gt 180 ] || break  # too little left to start a chain (its start costs ~40 s)
+        fi
         # shellcheck disable=SC2086
         source=$(line_source "$name" $settings) from=()
         [ "${settings%% *}" != --from ] || read -r _ _ settings <<< "$settings"
