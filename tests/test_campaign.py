@@ -181,6 +181,16 @@ def test_a_stage_pace_is_its_training_rate_and_what_a_session_spends_besides():
     assert besides == pytest.approx((176.7 + 35.0 + (0.3 + 30.0)) / 2)
     assert stage_pace(ledger, "other") is None and stage_pace({"sessions": []}, "path-256") is None
 
+    # A session killed mid-stage wrote its steps, not its training seconds (flash-s1's session 1 in session 24: 5,616
+    # steps, train_s 0, 973 s of wall time): its wall time less drawing counts as training, nothing as besides.
+    killed = {"stage": "path-x", "wall_s": 973.3, "work": [work("path-x", 0, 5616, 0.0, 3.0, 973.0)]}
+    rate, besides = stage_pace({"sessions": [killed]}, "path-x")
+    assert rate == pytest.approx(5616 / 970.0) and besides == pytest.approx(0.3)
+    resumed = {"stage": "path-x", "wall_s": 70.5, "work": [work("path-x", 5616, 5620, 24.2, 0.0, 70.3)]}
+    rate, besides = stage_pace({"sessions": [killed, resumed]}, "path-x")
+    assert rate == pytest.approx(5620 / (970.0 + 24.2))
+    assert besides == pytest.approx((0.0 + (70.3 - 24.2) + 0.3 + 0.2) / 2)
+
 
 def test_a_misspelt_backend_is_refused_before_the_state_folder_is_written(tmp_path, capsys):
     # A state folder started under a wrong name would refuse the corrected command ("started with other options").

@@ -89,15 +89,23 @@ def overhead(sessions: list[dict[str, Any]], task: str) -> float:
 def stage_pace(ledger: dict[str, Any], task: str) -> tuple[float, float] | None:
     """How stage `task` has gone so far: (training steps per second, seconds a session spent on it besides training
     and drawing data: start-up, compiling, evaluations, checkpoints, the final test), over the sessions that stepped
-    it. None before its first step. It prices the rest of the stage, on a device shared as it was then."""
+    it. None before its first step. It prices the rest of the stage, on a device shared as it was then.
+    A session killed mid-stage (its machine lost) wrote its steps but not its training seconds: its wall time less
+    drawing counts as training (slower than the truth by its start-up; its steps over no seconds made the rate far
+    too fast, session 24)."""
     sessions = ledger.get("sessions", [])
     work = [w for s in sessions for w in s.get("work", []) if w["stage"] == task and w["to_step"] > w["from_step"]]
     steps = sum(w["to_step"] - w["from_step"] for w in work)
-    train_s = sum(w.get("train_s") or 0.0 for w in work)
+    train_s = sum(training_s(w) for w in work)
     if steps <= 0 or train_s <= 0:
         return None
-    besides = sum((w.get("wall_s") or 0.0) - (w.get("train_s") or 0.0) - (w.get("data_s") or 0.0) for w in work)
+    besides = sum((w.get("wall_s") or 0.0) - training_s(w) - (w.get("data_s") or 0.0) for w in work)
     return steps / train_s, (besides + overhead(sessions, task)) / len(work)
+
+
+def training_s(work: dict[str, Any]) -> float:
+    """A session's training seconds on a stage; for one killed before it wrote them, its wall time less drawing."""
+    return work.get("train_s") or max(0.0, (work.get("wall_s") or 0.0) - (work.get("data_s") or 0.0))
 
 
 def device_s_before(ledger: dict[str, Any], task: str) -> float:
