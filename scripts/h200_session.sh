@@ -87,10 +87,10 @@ paper_rows=linformer,linear,performer,local,reformer,smyrf,sparse_transformer,lo
 BASELINES=${BASELINES:-$paper_rows,nystrom}
 # A machine can come with an earlier session's /tmp/lra (seen 2026-12-05: a day-old chain's logs and records; on
 # 2026-12-06 files 1-5 hours old came back in the archives, though this check should have set them aside; how is not
-# known): its pid files would make this session skip what they name, and its records would
-# come back as this session's. Files 35 minutes old cannot be this session's on this machine (a machine is held 30
-# minutes at most, and a new one starts bare): set them aside; data and caches stay. (bring_state also sets aside a
-# campaign state behind the committed one, whatever its age.)
+# known): its pid files would make this session skip what they name, and its records would come back as this
+# session's. Files 35 minutes old cannot be this session's on this machine (a machine is held 30 minutes at most, and
+# a new one starts bare): set them aside; data and caches stay. (bring_state also sets aside a campaign state behind
+# the committed one, whatever its age.)
 if [ -n "$(find /tmp/lra/pids /tmp/lra/logs -maxdepth 1 -type f -mmin +35 2> /dev/null | head -n 1)" ]; then
     earlier=/tmp/lra-earlier-$START
     mkdir -p "$earlier"

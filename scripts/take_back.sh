@@ -12,8 +12,9 @@
 # refused. Nothing else is touched (curate the records in its results/ by hand once a stage is done). Packed, three
 # Path-X chains leave room in a call for Path-X's pairs (.device/data.txz, 15.7 MiB), so that a call that lands on a
 # bare machine draws Path-X's images from them in ~2 minutes, not from scratch in ~8 (session 24 lost a machine
-# between two calls: its third call drew for 8 of its 9 minutes). h200_session.sh unpacks campaigns/NAME.txz.
-# Takes ~5 s with three chains (the packing runs side by side): the next call must still come within 30 s.
+# between two calls: its third call drew for 7.5 of its 9 minutes). h200_session.sh unpacks campaigns/NAME.txz.
+# Takes ~8 s with three chains on a 2-core machine (the packs run side by side): the next call must still come within
+# 30 s of the last one's end.
 # Path-256's state folders (path-256-*) are not committed: 35-50 MB with their 65,536-position tables, too big to add
 # to the history after every call; a Path-256 stage ends within its session where it can, and its record is what
 # comes home (the archive's results/). Each is kept in the git-ignored .device/states/NAME instead: for a stage cut
