@@ -262,13 +262,24 @@ bring_state() {  # bring_state NAME: the committed campaigns/NAME (a folder, or 
     fi
 }
 
+taken_here() {  # taken_here TARGET-NAME: whether this machine's chain TARGET-NAME runs or has ended, so that no call
+    # starts it again; one that stopped at its time limit while the session has time left (its limit comes from the
+    # call that started it: session 25's fourth call found flash-s1 stopped so) starts again, its log kept aside
+    local name=$1
+    started "campaign-$name" || return 1
+    alive "campaign-$name" && return 0
+    [ "$(python3 scripts/state_steps.py --done "/tmp/lra/campaigns/$name")" != 0 ] && return 0
+    mv "$LOGS/campaign-$name.log" "$LOGS/campaign-$name.before-$START.log" 2> /dev/null || true
+    return 1
+}
+
 campaigns() {  # start CAMPAIGN_FILE's campaigns, each as TARGET-NAME (--from its source, or a chain of its own)
     [ "${CAMPAIGNS:-1}" = 1 ] || return 0
     local name attn settings state source from
     mkdir -p /tmp/lra/campaigns
     set -f  # a campaign's settings are words, never file patterns
     while read -r name attn settings; do
-        [ -z "$name" ] || [ "${name:0:1}" = "#" ] || started "campaign-$TARGET-$name" && continue
+        [ -z "$name" ] || [ "${name:0:1}" = "#" ] || taken_here "$TARGET-$name" && continue
         if [ "${SERIAL:-0}" = 1 ]; then  # one chain at a time, in the file's order (see the header)
             set +f  # the pid files' pattern
             FLOOR=120 wait_detached 'campaign-*'

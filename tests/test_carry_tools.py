@@ -5,6 +5,7 @@ a folder or packed, has trained) and scripts/carry_size.sh (what a device call w
 from __future__ import annotations
 
 import io
+import json
 import random
 import shutil
 import subprocess
@@ -171,3 +172,25 @@ def test_state_steps_sums_the_stages_of_a_folder_or_a_packed_state_and_says_minu
     assert read == [37440 + 24960 + 31830] * 2 + [-1] * 4
     usage = subprocess.run([sys.executable, str(SCRIPTS / "state_steps.py")], capture_output=True, text=True)
     assert usage.returncode == 2 and "usage" in usage.stderr
+
+
+def test_state_steps_done_says_whether_the_target_stage_has_ended(tmp_path):
+    """--done: 1 once the campaign's target stage is done, 0 while it (or an earlier stage) is not, -1 unreadable."""
+    stages = {"pathfinder": {"status": "done"}, "path-64": {"status": "done"}}
+    cases = {
+        "ended": ({**stages, "path-x": {"status": "done"}}, "path-x"),
+        "stopped": ({**stages, "path-x": {"status": "running"}}, "path-x"),
+        "between": (stages, "path-x"),  # stopped between stages: the target not begun
+        "earlier": ({**stages, "path-x": {"status": "done"}}, "path-256"),  # a Path-256 chain on its Path-X stage
+    }
+    folders = []
+    for name, (ledger, target) in cases.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "campaign.json").write_text(json.dumps({"campaign": {"target": target}, "stages": ledger}))
+        folders.append(tmp_path / name)
+    (tmp_path / "no-campaign").mkdir()
+    (tmp_path / "no-campaign" / "campaign.json").write_text(json.dumps({"stages": cases["ended"][0]}))
+    done = subprocess.run([sys.executable, str(SCRIPTS / "state_steps.py"), "--done", *map(str, folders),
+                           str(tmp_path / "no-campaign"), str(tmp_path / "none")],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    assert done.stdout.split() == ["1", "0", "0", "0", "-1", "-1"]
