@@ -59,10 +59,11 @@
 # LIMIT_S  wall seconds this call may use (keep it 40 s under the call's timeout: the archive is written after)
 # COMMIT   the commit being run (the copied .git is stale): goes into every record
 # CAMPAIGN_END (path-x): seconds from this call's start to the session's end, less ~100 s for the last archive: the
-# last lease's budget_left_s less 100, 1,540 on a fresh session's first call. Detached runs take their time limits
-# from it when they start. A call whose CAMPAIGN_END is at most a minute past its LIMIT_S is the session's last: a
-# minute before its end it asks the campaigns and pilots still running to stop (SIGTERM), so that their state is in
-# the archive.
+# last lease's budget_left_s less 100, 1,620 on a fresh session's first call (its ~35 s start is counted before it;
+# session 25 ended with 234 s left at 1,540). Detached runs take their time limits from it when they start; one that
+# stops at it with session time left starts again on a later call. A call whose CAMPAIGN_END is at most a minute
+# past its LIMIT_S is the session's last: a minute before its end it asks the campaigns and pilots still running to
+# stop (SIGTERM), so that their state is in the archive.
 #
 # Dry runs on a CPU: PRESET=tiny DEVICE=cpu for listops-seeds and speed (listops-fly has no small form); for path-x,
 # DEVICE=cpu PILOT_ATTN=naive CAMPAIGN_ATTN=naive WORKERS=1 SMALL_DATA="--set data.num_train=32 --set
