@@ -264,8 +264,8 @@ bring_state() {  # bring_state NAME: the committed campaigns/NAME (a folder, or 
 }
 
 taken_here() {  # taken_here TARGET-NAME: whether this machine's chain TARGET-NAME runs or has ended, so that no call
-    # starts it again; one that stopped at its time limit while the session has time left (its limit comes from the
-    # call that started it: session 25's fourth call found flash-s1 stopped so) starts again, its log kept aside
+    # starts it again; one that stopped short of its end (at its time limit, which the call that started it set:
+    # session 25's fourth call found flash-s1 stopped so, with session time left) starts again, its log kept aside
     local name=$1
     started "campaign-$name" || return 1
     alive "campaign-$name" && return 0
