@@ -23,7 +23,8 @@
 #            at 0.1 also flash with the forward's registers left to the compiler (maxnreg=0; the default caps them at
 #            head dim 8 under dropout)
 #        speed: issue 34's speed table: `lra bench train --preset fa-paper --compile max --synthetic`, every baseline
-#            beside compiled naive, task by task while time is left (nystrom once more without its convolution)
+#            beside compiled naive, task by task while time is left (SPEED_TASKS, default all five; nystrom once more
+#            without its convolution)
 #        path-x: issue 36, the same command on every call of a session (docs/path_x_campaign.md, "Round 9 (next)"):
 #            Path-X's data drawn detached on 16 cores (once), then the pilots of PILOT_FILE (default
 #            scripts/path_x_pilots.txt: one `NAME BACKEND [--set ...]` a line) side by side, each `lra run path-x
@@ -355,7 +356,7 @@ listops-fly)
     done
     ;;
 speed)
-    for task in listops text retrieval image pathfinder; do
+    for task in ${SPEED_TASKS:-listops text retrieval image pathfinder}; do
         [ "$(left)" -gt 120 ] || break
         bench_speed "$task"
     done
