@@ -96,6 +96,6 @@ git log --oneline -1
 # The tree travels with every call, 64 MiB at most with the carries: new chains' states can take it over (a session
 # that starts two Path-X chains adds ~14 MiB packed), and an over-size call is refused
 if command -v numfmt > /dev/null; then
-    bash "$(dirname "$0")/carry_size.sh" || echo "the next call would be refused: remove what it does not need (a" \
+    bash "$here/carry_size.sh" || echo "the next call would be refused: remove what it does not need (a" \
         "--from source whose line's own state is now committed, an ended chain whose record is curated) and commit" >&2
 fi
