@@ -15,7 +15,8 @@
 #            every step, and the relu kernel (the CPU pilot in docs/baselines.md)
 #        baselines: issue 34's accuracy rows, `lra sweep` of every baseline (BASELINES) over SEEDS (0-2) on
 #            BASELINE_TASKS (default text; image, pathfinder), four runs a GPU (PER_GPU), until LIMIT; the same command
-#            on the next calls of a warm machine resumes the unfinished runs. Text and Image read their archives from
+#            on the next calls of a warm machine resumes the unfinished runs. BASELINE_GROUPS="ATTNS:SEEDS[:TASKS] ..."
+#            instead runs one such sweep a group, side by side. Text and Image read their archives from
 #            .device/ (copy aclImdb_v1.tar.gz and cifar10_jpeg.tar.gz there from ../shared/data; carry the task's
 #            archive, not all of .device: with .device/data it is over a call's 64 MiB)
 #        kernel: issue 33's table, `lra bench attention` of flash, flash@deterministic=false and the SDPA peers at
@@ -315,9 +316,17 @@ baselines)
         [ "$task" = image ] && from=(--from .device/cifar10_jpeg.tar.gz)
         lra data prepare "$task" --preset "$PRESET" --workers 16 "${from[@]}" > "$LOGS/prep-$task.log" 2>&1
     done
-    timeout "$(left)" python3 -m lra sweep --tasks "$(echo ${BASELINE_TASKS:-text} | tr ' ' ,)" --preset "$PRESET" \
-        --attn "$BASELINES" --seeds "${SEEDS:-0-2}" --per-gpu "${PER_GPU:-4}" \
-        --root /tmp/lra/sweeps --device "$DEVICE" --time-limit "$(($(left) - 30))s" > "$LOGS/sweep.log" 2>&1
+    # BASELINE_GROUPS="ATTNS:SEEDS[:TASKS] ..." runs one sweep a group side by side (each PER_GPU runs to the GPU;
+    # TASKS comma-separated, default BASELINE_TASKS, whose data is prepared above), so that leftover seeds fill the GPU
+    # together: e.g. BASELINE_TASKS="text listops" BASELINE_GROUPS="sinkhorn,nystrom:0-2 local:1-2 reformer:0-2:listops"
+    for group in ${BASELINE_GROUPS:-$BASELINES:${SEEDS:-0-2}}; do
+        IFS=: read -r attns seeds tasks <<< "$group"
+        tasks=${tasks:-$(echo ${BASELINE_TASKS:-text} | tr ' ' ,)}
+        timeout "$(left)" python3 -m lra sweep --tasks "$tasks" --preset "$PRESET" --attn "$attns" --seeds "$seeds" \
+            --per-gpu "${PER_GPU:-4}" --root /tmp/lra/sweeps --device "$DEVICE" --time-limit "$(($(left) - 30))s" \
+            > "$LOGS/sweep-${tasks//,/+}-${attns%%,*}-$seeds.log" 2>&1 &
+        PIDS+=($!)
+    done
     ;;
 kernel)
     kernel_table
