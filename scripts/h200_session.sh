@@ -15,10 +15,11 @@
 #            every step, and the relu kernel (the CPU pilot in docs/baselines.md)
 #        baselines: issue 34's accuracy rows, `lra sweep` of every baseline (BASELINES) over SEEDS (0-2) on
 #            BASELINE_TASKS (default text; image, pathfinder), four runs a GPU (PER_GPU), until LIMIT; the same command
-#            on the next calls of a warm machine resumes the unfinished runs. BASELINE_GROUPS="ATTNS:SEEDS[:TASKS] ..."
-#            instead runs one such sweep a group, side by side. Text and Image read their archives from
-#            .device/ (copy aclImdb_v1.tar.gz and cifar10_jpeg.tar.gz there from ../shared/data; carry the task's
-#            archive, not all of .device: with .device/data it is over a call's 64 MiB)
+#            on the next calls of a warm machine resumes the unfinished runs.
+#            BASELINE_GROUPS="ATTNS:SEEDS[:TASKS[:PER_GPU]] ..." instead runs one such sweep a group, side by side.
+#            Text and Image read their archives from .device/ (copy aclImdb_v1.tar.gz and cifar10_jpeg.tar.gz there
+#            from ../shared/data; carry the task's archive, not all of .device: with .device/data it is over a call's
+#            64 MiB)
 #        kernel: issue 33's table, `lra bench attention` of flash, flash@deterministic=false and the SDPA peers at
 #            head dims 8 and 16 (HEAD_DIMS), 1K-16K tokens (SEQS), dropout 0.1 then 0, bf16, 131,072 tokens a batch;
 #            at 0.1 also flash with the forward's registers left to the compiler (maxnreg=0; the default caps them at
@@ -316,15 +317,16 @@ baselines)
         [ "$task" = image ] && from=(--from .device/cifar10_jpeg.tar.gz)
         lra data prepare "$task" --preset "$PRESET" --workers 16 "${from[@]}" > "$LOGS/prep-$task.log" 2>&1
     done
-    # BASELINE_GROUPS="ATTNS:SEEDS[:TASKS] ..." runs one sweep a group side by side (each PER_GPU runs to the GPU;
-    # TASKS comma-separated, default BASELINE_TASKS, whose data is prepared above), so that leftover seeds fill the GPU
-    # together: e.g. BASELINE_TASKS="text listops" BASELINE_GROUPS="sinkhorn,nystrom:0-2 local:1-2 reformer:0-2:listops"
+    # BASELINE_GROUPS="ATTNS:SEEDS[:TASKS[:PER_GPU]] ..." runs one sweep a group side by side (TASKS comma-separated,
+    # default BASELINE_TASKS, whose data is prepared above; PER_GPU runs of the group at once), so that leftover seeds
+    # fill the GPU together, e.g. BASELINE_TASKS="text listops"
+    # BASELINE_GROUPS="sinkhorn:0-2 local:1-2 reformer:0-2:listops:2"
     for group in ${BASELINE_GROUPS:-$BASELINES:${SEEDS:-0-2}}; do
-        IFS=: read -r attns seeds tasks <<< "$group"
+        IFS=: read -r attns seeds tasks per_gpu <<< "$group"
         tasks=${tasks:-$(echo ${BASELINE_TASKS:-text} | tr ' ' ,)}
         timeout "$(left)" python3 -m lra sweep --tasks "$tasks" --preset "$PRESET" --attn "$attns" --seeds "$seeds" \
-            --per-gpu "${PER_GPU:-4}" --root /tmp/lra/sweeps --device "$DEVICE" --time-limit "$(($(left) - 30))s" \
-            > "$LOGS/sweep-${tasks//,/+}-${attns%%,*}-$seeds.log" 2>&1 &
+            --per-gpu "${per_gpu:-${PER_GPU:-4}}" --root /tmp/lra/sweeps --device "$DEVICE" \
+            --time-limit "$(($(left) - 30))s" > "$LOGS/sweep-${tasks//,/+}-${attns%%,*}-$seeds.log" 2>&1 &
         PIDS+=($!)
     done
     ;;
