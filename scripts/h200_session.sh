@@ -311,6 +311,9 @@ campaigns() {  # start CAMPAIGN_FILE's campaigns, each as TARGET-NAME (--from it
 case $PHASE in
 baselines)
     # carry the task's archive (.device/aclImdb_v1.tar.gz or .device/cifar10_jpeg.tar.gz, copied from ../shared/data)
+    # and .device/sweeps.txz where an earlier machine left runs unfinished (scripts/keep_sweeps.sh): they resume here
+    # (a run this machine already holds keeps its own files)
+    [ ! -f .device/sweeps.txz ] || python3 scripts/unpack_carry.py /tmp/lra .device/sweeps.txz
     for task in ${BASELINE_TASKS:-text}; do
         from=()
         [ "$task" = text ] && from=(--from .device/aclImdb_v1.tar.gz)
@@ -404,8 +407,16 @@ if [ "$PHASE" = path-x ] || [ "$PHASE" = path-256 ]; then  # and the sources tha
     done < "${CAMPAIGN_FILE:-scripts/${PHASE//-/_}_campaigns.txt}"
     set +f
 fi
+# The sweeps' unfinished runs (a checkpoint, no summary.json; a Text run of fa-paper ~2.5 MB) come back too, so that
+# a later session on a new machine resumes them (scripts/keep_sweeps.sh) instead of starting them again
+rm -rf /tmp/lra/unfinished
+for run in /tmp/lra/sweeps/*/*/*/s*/; do
+    [ -f "$run/last.pt" ] && [ ! -f "$run/summary.json" ] || continue
+    rel=${run#/tmp/lra/sweeps/}
+    mkdir -p "/tmp/lra/unfinished/$rel" && cp -a "$run/." "/tmp/lra/unfinished/$rel"
+done
 python3 scripts/pack_xz.py /tmp/lra/back.txz "${leave_out[@]}" /tmp/lra/results=results /tmp/lra/logs=logs \
-    /tmp/lra/campaigns=campaigns
+    /tmp/lra/campaigns=campaigns /tmp/lra/unfinished=sweeps
 [ "$(stat -c %s /tmp/lra/back.txz)" -le $((60 * 1024 * 1024)) ] || echo "WARNING: the archive is over 60 MiB" >&2
 split -b 15M -d -a 1 /tmp/lra/back.txz "$OUT/back.txz.part"
 ls -la "$OUT"

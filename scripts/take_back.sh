@@ -38,7 +38,7 @@ done
 # The records' commits: COMMIT is typed into each call by hand (the machine's copy of .git is stale), and a mistyped
 # one names no commit on the leaderboard (2026-12-06: 835d8b7c for 835d8b7). Said here, before anything is curated.
 # One extraction for both (tar tells xz from gzip by the archive's first bytes; a member missing from it is skipped).
-tar -xf "$archive" -C "$unpacked" results campaigns 2> /dev/null || true
+tar -xf "$archive" -C "$unpacked" results campaigns sweeps 2> /dev/null || true
 if [ -d "$unpacked/results" ]; then
     python3 - "$unpacked/results" <<'PY' | while read -r record commit; do
 import json, pathlib, sys
@@ -54,6 +54,16 @@ PY
             echo "WARNING: results/$record names commit $commit, which this repository does not have (a mistyped" \
                 "COMMIT?): give its git_commit the commit the call ran when curating it" >&2
     done
+fi
+# The `baselines` sweeps' unfinished runs replace .device/sweeps.txz (git-ignored), which the next call carries
+# (`carry: [".device/sweeps.txz", ...]`) so that a new machine resumes them; none left, it goes, so that a run done
+# since is not resumed from a stale checkpoint into a second record
+if [ -n "$(ls -A "$unpacked/sweeps" 2> /dev/null)" ]; then
+    mkdir -p .device && python3 "$(dirname "$0")/pack_xz.py" .device/sweeps.txz "$unpacked/sweeps=sweeps"
+    echo ".device/sweeps.txz: $(find "$unpacked/sweeps" -name last.pt | wc -l) unfinished runs," \
+        "$(du -h .device/sweeps.txz | cut -f1); carry it with the next baselines call" >&2
+else
+    rm -f .device/sweeps.txz
 fi
 [ -d "$unpacked/campaigns" ] || { echo "no campaigns/ in $archive: nothing to commit"; exit 0; }
 mkdir -p campaigns
