@@ -64,6 +64,7 @@ class BlockSparseFlash(FlashAttention):
         notes="own Triton kernel, kept blocks only; CPU: dense-masked fallback",
     )
     has_fallback = True
+    dense_tiles = False  # one set of tiles with and without dropout: `prepare` builds the kernel lists for one
     default_layout: Any = "butterfly"
     default_block: int = 128
 

@@ -77,7 +77,8 @@ class FlashAttention(AttentionBackend):
     Options: `scale`; tile sizes `block_m`, `block_n`, `num_warps`, `num_stages` (forward) and `bwd_block_m`,
     `bwd_block_n`, `bwd_num_warps`, `bwd_num_stages` (backward), each None for the tuned default of the head dim;
     `maxnreg`, `bwd_maxnreg` (registers a thread may use in the forward and the backward kernels; 0: the compiler's
-    choice; None: the default, the compiler's choice except the forward's 128 under dropout at head dim 8);
+    choice; None: the default, the compiler's choice except the forward's 128 under dropout at head dim 8; head dim
+    8 without dropout has its own tiles, kernels/tiles.py);
     `allow_tf32` (fp32 inputs: tf32 dots instead of full-precision ones); `deterministic` (default True: the two-pass
     backward, bitwise reproducible; False: the one-pass backward with dQ by fp32 atomics, whose last bits vary);
     `compact_padding` (default False: right-padded masks only; True: any mask, by gathering real tokens first, at the
@@ -85,6 +86,7 @@ class FlashAttention(AttentionBackend):
     """
 
     inner_padding_option = "compact_padding"
+    dense_tiles = True  # the dense tile defaults, which differ with and without dropout (kernels/tiles.py)
 
     capabilities = Capabilities(
         devices=("cuda",),
@@ -136,7 +138,8 @@ class FlashAttention(AttentionBackend):
     def tiles(self, dtype: torch.dtype, device_type: str, *, dropout: bool = False) -> Tiles:
         """The tiles used for inputs of `dtype` on `device_type` (drawing `dropout` or not): the tuned defaults with
         the options applied."""
-        return default_tiles(self.head_dim, dtype, device_type, dropout=dropout).with_options(**self.tile_options)
+        tiles = default_tiles(self.head_dim, dtype, device_type, dropout=dropout, dense=self.dense_tiles)
+        return tiles.with_options(**self.tile_options)
 
     def tile_shape(self, dtype: torch.dtype, device_type: str) -> tuple[int, int]:
         t = self.tiles(dtype, device_type)

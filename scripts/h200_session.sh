@@ -75,8 +75,9 @@
 # for kernel, also TRITON_INTERPRET=1 SEQS=128 HEAD_DIMS=8 PEERS=naive KERNEL_ARGS="--batch-tokens 256 --heads 1".
 #
 # Runs live in /tmp/lra (kept while the machine stays warm; the next call must come within 30 s). Everything comes
-# back as $OUT/back.txz.part* (a call returns 8 files of at most 16 MiB): the records (results/), the logs and the
-# campaigns' state. After a call, before the next: `bash scripts/take_back.sh FILES_AT` commits the campaigns' state.
+# back as $OUT/back.txz.part* (a call returns 8 files of at most 16 MiB): the records (results/), the logs, the
+# campaigns' state and the sweeps' unfinished runs (sweeps/). After a call, before the next: `bash scripts/take_back.sh
+# FILES_AT` commits the campaigns' state and keeps the unfinished runs in .device/sweeps.txz (carry it next time).
 set -uo pipefail
 PHASE=$1 LIMIT=$2
 export LRA_GIT_COMMIT=$3 PYTHONPATH=$PWD LRA_DATA=/tmp/lra/data LRA_RESULTS=/tmp/lra/results LRA_RUNS=/tmp/lra/runs
@@ -223,12 +224,11 @@ kernel_table() {  # issue 33's table, one `lra bench attention` run per dropout 
     # flash (and its one-pass backward) beside the SDPA kernels; with dropout also flash with the forward's registers
     # left to the compiler (maxnreg=0): the default caps them at 128 under dropout at head dim 8 since two H100 runs
     # (docs/flash_kernel.md, v8), and this keeps the uncapped kernel measured beside it; without dropout also the
-    # tiles head dim 8 had before they were tuned for dropout (v5: forward 128 x 32, backward 32 x 128), whether a
-    # dropout-dependent table would make evaluation faster
+    # tiles head dim 8 takes under dropout (v5: 64 x 64, backward 32 x 64), which it left without dropout in v9
     local p variant
     for p in ${DROPOUTS:-0.1 0}; do
         variant=",flash@maxnreg=0"
-        [ "$p" != 0 ] || variant=",flash@block_m=128@block_n=32@bwd_block_n=128"
+        [ "$p" != 0 ] || variant=",flash@block_m=64@block_n=64@bwd_block_n=64"
         # shellcheck disable=SC2086
         timeout "$(left)" ${PIN:-} python3 -m lra bench attention --device "$DEVICE" --dropout "$p" \
             --seq "${SEQS:-1k,4k,16k}" --head-dim "${HEAD_DIMS:-8,16}" \

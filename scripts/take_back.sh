@@ -19,6 +19,8 @@
 # to the history after every call; a Path-256 stage ends within its session where it can, and its record is what
 # comes home (the archive's results/). Each is kept in the git-ignored .device/states/NAME instead: for a stage cut
 # short by a lost machine, `bash scripts/carry_state.sh pack NAME` at the session's end commits it packed (~7 MB).
+# The `baselines` phase's unfinished sweep runs (sweeps/ in the archive) replace the git-ignored .device/sweeps.txz,
+# which the next `baselines` call carries to resume them on whatever machine it gets (none left: it is removed).
 set -euo pipefail
 files_at=${1:?give the call\'s files_at folder}
 unpacked=$(mktemp -d)

@@ -65,7 +65,7 @@ def test_tile_tuner_picks_the_fastest_candidate():
 
 
 def test_bench_tiles_command_prints_and_stores_one_record(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(tile_tuner, "candidates", lambda head_dim, dtype: (FWD[:1], BWD[:1]))
+    monkeypatch.setattr(tile_tuner, "candidates", lambda head_dim, dtype, dropout=False: (FWD[:1], BWD[:1]))
     store = tmp_path / "results"
     args = ["bench", "tiles", "--device", "cpu", "--head-dim", "16", "--shape", "1,1,32", "--dtype", "fp32"]
     assert main([*args, "--results", str(store)]) == 0

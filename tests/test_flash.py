@@ -268,6 +268,43 @@ def test_the_forward_is_capped_at_128_registers_by_default_under_dropout_at_head
     assert asked == [True, False]  # training draws dropout, evaluation does not
 
 
+def test_head_dim_8_without_dropout_has_its_own_dense_tiles():
+    """v9 (docs/flash_kernel.md): at head dim 8, 16-bit, dense `flash` without dropout takes 128 x 32 forward tiles
+    and 128-key backward tiles (measured 1.20x forward+backward at p = 0); under dropout, at other head dims, in fp32
+    and for block-sparse layouts the table's tiles stay; an option still wins."""
+    from attention_impls.kernels import default_tiles  # noqa: PLC0415
+
+    bf16 = torch.bfloat16
+    table = default_tiles(8, bf16, "cuda", dropout=True)
+    assert (table.block_m, table.block_n, table.bwd_block_m, table.bwd_block_n) == (64, 64, 32, 64)
+    plain = build_attention("flash", heads=2, head_dim=8, seq_len=256).tiles(bf16, "cuda", dropout=False)
+    assert (plain.block_m, plain.block_n, plain.bwd_block_m, plain.bwd_block_n, plain.maxnreg) == (128, 32, 32, 128, 0)
+    assert (plain.num_warps, plain.num_stages, plain.bwd_num_warps) == (table.num_warps, table.num_stages, 4)
+    dropped = build_attention("flash", heads=2, head_dim=8, seq_len=256).tiles(torch.float16, "cuda", dropout=True)
+    assert (dropped.block_m, dropped.block_n, dropped.bwd_block_n, dropped.maxnreg) == (64, 64, 64, 128)
+    for head_dim, dtype in ((16, bf16), (64, bf16), (8, torch.float32)):
+        assert default_tiles(head_dim, dtype, "cuda") == default_tiles(
+            head_dim, dtype, "cuda", dropout=True
+        ).with_options(maxnreg=0), (head_dim, dtype)
+    sparse = build_attention("block_sparse_flash", heads=2, head_dim=8, seq_len=256, options={"block": 128})
+    assert sparse.tiles(bf16, "cuda", dropout=False) == sparse.tiles(bf16, "cuda", dropout=True).with_options(maxnreg=0)
+    assert default_tiles(8, bf16, "cuda", dense=False) == table.with_options(maxnreg=0)
+    chosen = build_attention("flash", heads=2, head_dim=8, seq_len=256, options={"block_m": 64})
+    assert chosen.tiles(bf16, "cuda").block_m == 64 and chosen.tiles(bf16, "cuda").block_n == 32
+    assert default_tiles(8, bf16, "cpu") == default_tiles(8, bf16, "cpu", dropout=True)  # the interpreter's one set
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_head_dim_8_s_tiles_without_dropout_match_fp64_and_the_emulation(dtype):
+    """The CUDA default at head dim 8 without dropout (v9: 128 x 32 forward, 32 x 128 backward), one pipeline stage
+    as the interpreter runs, over an odd length that leaves ragged tiles of both shapes and a padded row."""
+    from attention_impls.kernels import default_tiles  # noqa: PLC0415
+
+    tiles = default_tiles(8, dtype, "cuda").with_options(num_stages=1, bwd_num_stages=1)
+    assert (tiles.block_m, tiles.block_n, tiles.bwd_block_n) == (128, 32, 128)
+    _check(2, 2, 301, 301, 8, dtype, [301, 170], tiles=tiles, key=("v9-tiles", str(dtype)))
+
+
 def test_bad_inputs_are_clear_errors():
     q = torch.randn(1, 1, 8, 16)
     with pytest.raises(ValueError, match="share one dtype"):

@@ -249,3 +249,36 @@ def test_a_path_256_state_is_packed_small_committed_unpacked_whole_and_dropped(r
     assert not archive.exists() and git(repo, "status", "--porcelain") == ""
     assert "campaigns/path-256-t.txz" not in git(repo, "ls-tree", "-r", "--name-only", "HEAD")
     assert carry(repo, "drop", "path-256-t").returncode == 2  # nothing to drop
+
+
+def test_a_call_s_unfinished_sweep_runs_are_kept_for_the_next_call_and_dropped_once_none_are_left(repo, tmp_path):
+    """h200_session.sh's archive brings the `baselines` sweeps' unfinished runs back as sweeps/; take_back.sh keeps
+    them packed in the git-ignored .device/sweeps.txz (what the next call carries), and a call that brings none back
+    removes it, so that a run finished since is never resumed from a stale checkpoint."""
+
+    def files_at(name: str, runs: dict[str, bytes]) -> Path:
+        staged, folder = tmp_path / f"staged-{name}", tmp_path / name
+        (staged / "results").mkdir(parents=True)
+        for run, checkpoint in runs.items():
+            (staged / "sweeps" / run).mkdir(parents=True)
+            (staged / "sweeps" / run / "last.pt").write_bytes(checkpoint)
+        folder.mkdir()
+        with tarfile.open(folder / "back.txz", "w:xz") as tar:
+            for part in ("results", "sweeps"):
+                if (staged / part).exists():
+                    tar.add(staged / part, arcname=part)
+        return folder
+
+    kept = repo / ".device" / "sweeps.txz"
+    runs = {"text/linear/fa-paper/s1": b"step 9000", "text/sinkhorn/fa-paper/s2": b"step 300"}
+    done = take_back(repo, files_at("1", runs))
+    assert done.returncode == 0, done.stderr
+    with tarfile.open(kept) as tar:
+        got = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
+    assert got == {f"sweeps/{run}/last.pt": data for run, data in runs.items()}
+    assert "2 unfinished runs" in done.stderr
+    assert git(repo, "status", "--porcelain") == ""  # .device is ignored: nothing to commit
+
+    finished = take_back(repo, files_at("2", {}))
+    assert finished.returncode == 0, finished.stderr
+    assert not kept.exists()

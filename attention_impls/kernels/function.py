@@ -318,7 +318,9 @@ def flash_attention(
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     if pad_queries is None:
         pad_queries = q.shape[2] == k.shape[2]
-    tiles = _sparse_tiles(tiles or default_tiles(q.shape[-1], q.dtype, q.device.type, dropout=threshold > 0), lists)
+    if tiles is None:
+        tiles = default_tiles(q.shape[-1], q.dtype, q.device.type, dropout=threshold > 0, dense=lists is None)
+    tiles = _sparse_tiles(tiles, lists)
     rng = _state(seed, q.device) if threshold > 0 else None
     kv_list = q_list = dq_list = None
     if lists is not None:

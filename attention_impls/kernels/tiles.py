@@ -108,6 +108,13 @@ _H200_FP32: dict[int, Tiles] = {d: Tiles.from_values(single) for d, (_, single) 
 # in two runs on an H100 (docs/flash_kernel.md, v8); head dim 16 gained ~1% and keeps the compiler's choice. The
 # backward's cap made it slower and stays off; without dropout the cap is not for use.
 _DROPOUT_MAXNREG: dict[int, int] = {8: 128}
+# Tiles without dropout (evaluation; training at p = 0), by head dim (16-bit inputs, dense attention): head dim 8's
+# table above was tuned under dropout (v5), and without it the 128 x 32 forward tiles and 128-key backward tiles it
+# had before are faster: forward 1.08x, forward+backward 1.20x at 1K and 16K tokens (H200, the two in one run;
+# docs/flash_kernel.md, v9). Head dim 16 gained 1-2% forward+backward there and lost 10% forward at 16K: it keeps its
+# tiles. Block-sparse layouts keep one set (their kernel lists are built once per tile shape, and these were not
+# measured on them).
+_NO_DROPOUT: dict[int, dict[str, int]] = {8: {"block_m": 128, "block_n": 32, "bwd_block_n": 128}}
 # The CPU interpreter runs each program in Python: large tiles mean few programs, which is what makes it fast.
 _INTERPRETER = Tiles(
     block_m=64, block_n=64, num_warps=4, num_stages=1, bwd_block_m=64, bwd_block_n=64, bwd_num_warps=4, bwd_num_stages=1
@@ -119,14 +126,21 @@ def padded_head_dim(head_dim: int) -> int:
     return max(16, 1 << (head_dim - 1).bit_length())
 
 
-def default_tiles(head_dim: int, dtype: torch.dtype, device_type: str, *, dropout: bool = False) -> Tiles:
-    """Tuned defaults for a head dim and dtype on the device type ('cuda' or 'cpu' for the interpreter), with the
-    forward's register cap where `dropout` is drawn and it was measured faster."""
+def default_tiles(
+    head_dim: int, dtype: torch.dtype, device_type: str, *, dropout: bool = False, dense: bool = True
+) -> Tiles:
+    """Tuned defaults for a head dim and dtype on the device type ('cuda' or 'cpu' for the interpreter): with the
+    forward's register cap where `dropout` is drawn, and for `dense` attention without dropout its own tiles, where
+    each was measured faster."""
     if device_type != "cuda":
         return _INTERPRETER
     table = _H200_FP32 if dtype == torch.float32 else _H200_16BIT
     d = padded_head_dim(head_dim) if head_dim not in table else head_dim
     tiles = table.get(d, table[128])
-    if dropout and dtype != torch.float32 and head_dim in _DROPOUT_MAXNREG:
+    if dtype == torch.float32:
+        return tiles
+    if dropout and head_dim in _DROPOUT_MAXNREG:
         tiles = replace(tiles, maxnreg=_DROPOUT_MAXNREG[head_dim])
+    if not dropout and dense and head_dim in _NO_DROPOUT:
+        tiles = replace(tiles, **_NO_DROPOUT[head_dim])
     return tiles

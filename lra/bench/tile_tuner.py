@@ -54,10 +54,13 @@ def _bwd(values: Sequence[int]) -> dict[str, int]:
     return dict(zip(TILE_OPTIONS[4:], values))
 
 
-def candidates(head_dim: int, dtype: torch.dtype) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
-    """(forward, backward) candidate options for a head dim: a fixed grid plus the current default, deduplicated."""
+def candidates(
+    head_dim: int, dtype: torch.dtype, *, dropout: bool = False
+) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
+    """(forward, backward) candidate options for a head dim: a fixed grid plus the current default (with or without
+    dropout), deduplicated."""
     grid = _FWD_SMALL if head_dim < 64 else _FWD_64 if head_dim < 128 else _FWD_128
-    base = default_tiles(head_dim, dtype, "cuda").values()
+    base = default_tiles(head_dim, dtype, "cuda", dropout=dropout).values()
     tiny = head_dim < 32
     fwd = [_fwd(base[:4])] + [_fwd(c) for c in grid + (_FWD_TINY if tiny else [])]
     bwd = [_bwd(base[4:])] + [_bwd(c) for c in _BWD + (_BWD_TINY if tiny else [])]
@@ -142,7 +145,7 @@ def tune_head_dim(head_dim: int, shape: tuple[int, int, int], work: tuple[list, 
     dtype = ctx["dtype"]
     fwd_opts, bwd_opts = work
     b, h, n = shape
-    base = default_tiles(head_dim, dtype, ctx["device"])
+    base = default_tiles(head_dim, dtype, ctx["device"], dropout=ctx["dropout"] > 0)
     fwd_rows = _sweep("fwd", fwd_opts, base, _inputs(shape, head_dim, dtype, ctx["device"], grad=False),
                       attention_flops(b, h, n, head_dim, "fwd"), ctx)  # fmt: skip
     best_fwd = base.with_options(**{k: _fastest(fwd_rows)[k] for k in TILE_OPTIONS[:4]})
@@ -175,7 +178,7 @@ def tune_tiles(
     if missing:
         raise ConfigError(f"no default shape for head dim(s) {missing}; pass --shape BATCH,HEADS,SEQ")
     shapes = {d: shape or SHAPES[d] for d in head_dims}
-    work = {d: options or candidates(d, dt) for d in head_dims}
+    work = {d: options or candidates(d, dt, dropout=dropout > 0) for d in head_dims}
     if jobs > 1 and device == "cuda":
         _warm_all(work, shapes, dt, dropout, jobs)
     total = sum(len(f) + len(b) for f, b in work.values())
@@ -191,7 +194,7 @@ def _warm_all(work, shapes, dtype, dropout, jobs) -> None:
     """Compile every (forward x default backward, default forward x backward) candidate in `jobs` processes."""
     tasks = []
     for d, (fwd_opts, bwd_opts) in work.items():
-        base = default_tiles(d, dtype, "cuda")
+        base = default_tiles(d, dtype, "cuda", dropout=dropout > 0)
         for opt in fwd_opts + bwd_opts:
             tasks.append((d, shapes[d][1], dtype_name(dtype), asdict(base.with_options(**opt)), dropout))
     run_jobs(_warm, tasks, workers=jobs, on_result=lambda i, err: None)
