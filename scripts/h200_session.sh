@@ -23,7 +23,9 @@
 #        kernel: issue 33's table, `lra bench attention` of flash, flash@deterministic=false and the SDPA peers at
 #            head dims 8 and 16 (HEAD_DIMS), 1K-16K tokens (SEQS), dropout 0.1 then 0, bf16, 131,072 tokens a batch;
 #            at 0.1 also flash with the forward's registers left to the compiler (maxnreg=0; the default caps them at
-#            head dim 8 under dropout)
+#            head dim 8 under dropout); KERNEL_TRAIN=1 then times the issue's training steps (`lra bench train
+#            --synthetic --compile max`: Path-X's fa-paper step with block_sparse_flash at batch 512 and flash beside
+#            sdpa_flash at 64, Pathfinder's with flash beside sdpa_flash)
 #        speed: issue 34's speed table: `lra bench train --preset fa-paper --compile max --synthetic`, every baseline
 #            beside compiled naive, task by task while time is left (SPEED_TASKS, default all five; nystrom once more
 #            without its convolution)
@@ -235,6 +237,21 @@ kernel_table() {  # issue 33's table, one `lra bench attention` run per dropout 
             --attn "flash,flash@deterministic=false$variant,${PEERS:-sdpa_flash,sdpa_cudnn}" ${KERNEL_ARGS:-} \
             > "$LOGS/kernel-p$p.log" 2>&1
     done
+    [ -n "${KERNEL_TRAIN:-}" ] || return 0
+    # KERNEL_TRAIN=1: the issue's training targets, each compiled (max) on synthetic tokens: Path-X's fa-paper step,
+    # block_sparse_flash at the preset's batch 512 and flash beside sdpa_flash at batch 64, then Pathfinder's
+    local task attn batch
+    while read -r task attn batch; do
+        [ "$(left)" -gt 60 ] || break
+        # shellcheck disable=SC2086
+        timeout "$(left)" ${PIN:-} python3 -m lra bench train "$task" --preset "$PRESET" --device "$DEVICE" \
+            --synthetic --compile "${KERNEL_COMPILE:-max}" --attn "$attn" ${batch:+--set train.batch_size=$batch} \
+            ${KERNEL_TRAIN_ARGS:-} < /dev/null > "$LOGS/kernel-train-$task-${attn%%,*}.log" 2>&1
+    done <<'STEPS'
+path-x block_sparse_flash
+path-x flash,sdpa_flash 64
+pathfinder flash,sdpa_flash
+STEPS
 }
 
 session_left() { echo $((CAMPAIGN_END - ($(date +%s) - START))); }  # seconds to the session's end, now
