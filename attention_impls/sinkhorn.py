@@ -27,7 +27,12 @@ attention dropout (sinkhorn_attention.py, the dropout of its attention weights),
 the paper's settings used here (block_size 64, 8 Sinkhorn iterations, temperature 0.75): sinkhorn_transformer.py
 uses block_size=50, and sinkhorn_attention.py sort_activation='softmax' (a row softmax over the blocks, no Sinkhorn
 iterations) with max_num_blocks=25. `attention: {sinkhorn: {block_size: 50}}` gives its block size; its softmax
-sorting has no setting here.
+sorting has no setting here. That code also computes another function than the paper's (read on 2026-12-06 for issue
+34's Text gap; not reproduced here): its einsum 'bskhd,bnhl->bsnhd' sums the keys (and values) over every block and
+the sort weights over their targets, which sum to 1, so every "sorted" block is the same sum of all blocks' keys slot
+by slot, and the sorting network has no effect on the output; its blocks are strided (q, k, v reshaped to (batch,
+block_size, n_blocks), so block k holds tokens k, k + n_blocks, ...) where its padding mask is reshaped into contiguous
+blocks; and the own-block and sorted attentions are two softmaxes whose outputs are added, not one.
 """
 
 from __future__ import annotations
