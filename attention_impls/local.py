@@ -14,13 +14,14 @@ the window's probabilities in training, as in both reference codes below.
 
 Sources. The FlashAttention paper's "Local Attention" row is not in its recipe's code (mlpen/Nystromformer LRA/code/
 has no local attention); its authors' LRA baselines code, HazyResearch/fly, has it: src/models/attention/
-local_attention.py, a sliding band |i - j| < local_context / 2 with attention dropout, and configs/experiment/lra/
-<task>/local.yaml: local_context 64 for text, image and pathfinder, 128 for listops, 256 for retrieval, attention
-dropout 0.1. Defaults here: mode 'sliding', window 64 (the three tasks' value; the fa-paper presets of ListOps
-and Retrieval set fly's 128 and 256; here |i - j| <= window // 2 keeps window + 1 keys to fly's window). The LRA
-paper's row is the LRA repo's lra_benchmarks/models/local/local.py: non-overlapping blocks of block_size=50 (the
-encoder's default, never overridden by its configs), attention dropout applied (`attention: {local: {mode: blocked,
-window: 50}}`).
+local_attention.py, a sliding band of keys i - local_context // 2 .. i + (local_context + 1) // 2 - 1 (its
+fast-transformers `local_dot_product`, as its `need_weights` branch maps it; its docstring says |i - j| <
+local_context / 2) with attention dropout, and configs/experiment/lra/<task>/local.yaml: local_context 64 for text,
+image and pathfinder, 128 for listops, 256 for retrieval, attention dropout 0.1. Defaults here: mode 'sliding',
+window 64 (the three tasks' value; the fa-paper presets of ListOps and Retrieval set fly's 128 and 256; here |i - j|
+<= window // 2 keeps window + 1 keys to fly's window, one more). The LRA paper's row is the LRA repo's
+lra_benchmarks/models/local/local.py: non-overlapping blocks of block_size=50 (the encoder's default, never
+overridden by its configs), attention dropout applied (`attention: {local: {mode: blocked, window: 50}}`).
 """
 
 from __future__ import annotations
