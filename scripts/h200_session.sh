@@ -328,7 +328,7 @@ campaigns() {  # start CAMPAIGN_FILE's campaigns, each as TARGET-NAME (--from it
 case $PHASE in
 baselines)
     # carry the task's archive (.device/aclImdb_v1.tar.gz or .device/cifar10_jpeg.tar.gz, copied from ../shared/data)
-    # and .device/sweeps.txz where an earlier machine left runs unfinished (scripts/keep_sweeps.sh): they resume here
+    # and .device/sweeps.txz where an earlier machine left runs unfinished (scripts/take_back.sh): they resume here
     # (a run this machine already holds keeps its own files)
     [ ! -f .device/sweeps.txz ] || python3 scripts/unpack_carry.py /tmp/lra .device/sweeps.txz
     for task in ${BASELINE_TASKS:-text}; do
@@ -425,7 +425,7 @@ if [ "$PHASE" = path-x ] || [ "$PHASE" = path-256 ]; then  # and the sources tha
     set +f
 fi
 # The sweeps' unfinished runs (a checkpoint, no summary.json; a Text run of fa-paper ~2.5 MB) come back too, so that
-# a later session on a new machine resumes them (scripts/keep_sweeps.sh) instead of starting them again
+# a later session on a new machine resumes them (scripts/take_back.sh) instead of starting them again
 rm -rf /tmp/lra/unfinished
 for run in /tmp/lra/sweeps/*/*/*/s*/; do
     [ -f "$run/last.pt" ] && [ ! -f "$run/summary.json" ] || continue
