@@ -426,14 +426,12 @@ if [ "$PHASE" = path-x ] || [ "$PHASE" = path-256 ]; then  # and the sources tha
 fi
 # The sweeps' unfinished runs (a checkpoint, no summary.json; a Text run of fa-paper ~2.5 MB) come back too, so that
 # a later session on a new machine resumes them (scripts/take_back.sh) instead of starting them again
-rm -rf /tmp/lra/unfinished
-for run in /tmp/lra/sweeps/*/*/*/s*/; do
-    [ -f "$run/last.pt" ] && [ ! -f "$run/summary.json" ] || continue
-    rel=${run#/tmp/lra/sweeps/}
-    mkdir -p "/tmp/lra/unfinished/$rel" && cp -a "$run/." "/tmp/lra/unfinished/$rel"
+unfinished=()
+for run in /tmp/lra/sweeps/*/*/*/s*; do
+    [ -f "$run/last.pt" ] && [ ! -f "$run/summary.json" ] && unfinished+=("$run=sweeps/${run#/tmp/lra/sweeps/}")
 done
 python3 scripts/pack_xz.py /tmp/lra/back.txz "${leave_out[@]}" /tmp/lra/results=results /tmp/lra/logs=logs \
-    /tmp/lra/campaigns=campaigns /tmp/lra/unfinished=sweeps
+    /tmp/lra/campaigns=campaigns ${unfinished[@]+"${unfinished[@]}"}
 [ "$(stat -c %s /tmp/lra/back.txz)" -le $((60 * 1024 * 1024)) ] || echo "WARNING: the archive is over 60 MiB" >&2
 split -b 15M -d -a 1 /tmp/lra/back.txz "$OUT/back.txz.part"
 ls -la "$OUT"
