@@ -14,8 +14,9 @@
 #            to come back). And performer under fa-paper for 30,000 steps with 64 features in fp32: drawn once, redrawn
 #            every step, and the relu kernel (the CPU pilot in docs/baselines.md)
 #        baselines: issue 34's accuracy rows, `lra sweep` of every baseline (BASELINES) over SEEDS (0-2) on
-#            BASELINE_TASKS (default text; image, pathfinder), four runs a GPU (PER_GPU), until LIMIT; the same command
-#            on the next calls of a warm machine resumes the unfinished runs.
+#            BASELINE_TASKS (default text; image, pathfinder), four runs a GPU (PER_GPU), until LIMIT, less the runs
+#            leaderboard/results already holds a record of (`--skip-recorded`); the same command on the next calls of
+#            a warm machine resumes the unfinished runs.
 #            BASELINE_GROUPS="ATTNS:SEEDS[:TASKS[:PER_GPU]] ..." instead runs one such sweep a group, side by side.
 #            Text and Image read their archives from .device/ (copy aclImdb_v1.tar.gz and cifar10_jpeg.tar.gz there
 #            from ../shared/data; carry the task's archive, not all of .device: with .device/data it is over a call's
@@ -346,7 +347,8 @@ baselines)
         tasks=${tasks:-$(echo ${BASELINE_TASKS:-text} | tr ' ' ,)}
         timeout "$(left)" python3 -m lra sweep --tasks "$tasks" --preset "$PRESET" --attn "$attns" --seeds "$seeds" \
             --per-gpu "${per_gpu:-${PER_GPU:-4}}" --root /tmp/lra/sweeps --device "$DEVICE" \
-            --time-limit "$(($(left) - 30))s" > "$LOGS/sweep-${tasks//,/+}-${attns%%,*}-$seeds.log" 2>&1 &
+            --time-limit "$(($(left) - 30))s" --skip-recorded leaderboard/results \
+            > "$LOGS/sweep-${tasks//,/+}-${attns%%,*}-$seeds.log" 2>&1 &
         PIDS+=($!)
     done
     ;;

@@ -24,7 +24,14 @@ from lra.cli.sweep import _live
 from lra.core.errors import ConfigError, RunSetupError
 from lra.results.store import load_records
 from lra.sweep.board import Board, LineLog, Row, read_progress
-from lra.sweep.grid import build_grid, clear_unstarted, parse_seeds, run_state
+from lra.sweep.grid import (
+    build_grid,
+    clear_unstarted,
+    leave_out_recorded,
+    parse_seeds,
+    recorded_cells,
+    run_state,
+)
 from lra.sweep.local_pool import LaunchOptions, LocalPool, slots_for, try_lock
 from lra.train.checkpoint import load_checkpoint
 from tests.processes import wait_until_gone
@@ -167,6 +174,34 @@ def test_finished_sweep_starts_nothing_and_restores_a_missing_record(reference, 
     for name in NAMES:
         assert len(launches(root / f"{name}.log")) == 1
     assert "2 done" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_skip_recorded_leaves_out_the_cells_a_store_holds_wherever_they_ran(reference, tmp_path, capsys):
+    """The reference's records name another root: a cell matches on task, backend and config hash (seed included),
+    so only seed 2 is left to run, and nothing of a grid whose settings differ is left out."""
+    configs, store = reference["configs"], reference["results"]
+    grid = build_grid(tasks=configs, attns=ATTN.split(","), seeds=[0, 1, 2], presets=["default"], overrides=[],
+                      root=tmp_path / "elsewhere")  # fmt: skip
+    todo, held = leave_out_recorded(grid, recorded_cells(store))
+    assert sorted(run.name for run in held) == NAMES
+    assert sorted(run.name for run in todo) == sorted(n.replace("/s0", "/s2") for n in NAMES if n.endswith("/s0"))
+    other = build_grid(tasks=configs, attns=ATTN.split(","), seeds=[0, 1], presets=["default"],
+                       overrides=["train.steps=7"], root=tmp_path / "elsewhere")  # fmt: skip
+    assert leave_out_recorded(other, recorded_cells(store)) == (other, [])
+
+    argv = sweep_argv(configs, tmp_path / "elsewhere", tmp_path / "results", "--skip-recorded", str(store))
+    assert main([*argv, "--seeds", "0-2", "--dry-run"]) == 0
+    text = "".join(capsys.readouterr())  # the board on stdout, what was left out on stderr
+    assert "left out 8 of 12 runs" in text and "4 pending (start)" in text
+    assert main(argv) == 0  # every cell recorded: nothing starts
+    assert "holds a record of every run" in capsys.readouterr().err
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "results").exists()
+
+
+def test_skip_recorded_names_a_missing_folder(tmp_path):
+    with pytest.raises(ConfigError, match="no such folder of records"):
+        recorded_cells(tmp_path / "nowhere")
 
 
 def test_seeds_accept_ranges_and_lists():

@@ -20,6 +20,8 @@ EPILOG = """examples:
   lra sweep --tasks listops,text --attn flash,sdpa_flash --seeds 0-2 --preset fa-paper
   lra sweep --tasks listops --attn naive,flash --seeds 0-4 --per-gpu 4      four runs share each GPU
   lra sweep --tasks listops --attn flash --seeds 0-4 --executor slurm --partition gpu --time 12:00:00
+  lra sweep --tasks listops --attn local,reformer --seeds 0-2 --preset fa-paper --skip-recorded leaderboard/results
+      only the runs the curated records lack
   The same command again (or with --resume) skips finished runs and resumes unfinished ones.
 """
 
@@ -50,6 +52,10 @@ def add_parser(sub) -> None:
     p.add_argument("--gpus-per-node", type=int, default=1, metavar="G", help="GPUs per job (default: 1)")
     p.add_argument("--cpus-per-task", type=int, default=None, metavar="C", help="CPUs per job (default: SLURM's)")
     p.add_argument("--results", default=None, metavar="DIR", help="results store (default: the user's, $LRA_RESULTS)")
+    p.add_argument("--skip-recorded", default=None, metavar="DIR",
+                   help="leave out the cells that DIR already holds a record of (same task, backend and config hash, "
+                   "seed included), wherever they ran: e.g. leaderboard/results, to run only what the leaderboard "
+                   "still lacks")  # fmt: skip
     add_data_dir(p)
     add_device(p, help="cpu keeps the runs off the GPUs (default: each run on its GPU)")
     p.add_argument("--resume", action="store_true", help="accepted for symmetry with lra run: a sweep always resumes")
@@ -72,7 +78,26 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         overrides=list(args.overrides),
         root=root,
     )
+    if args.skip_recorded:
+        runs = _leave_out_recorded(runs, Path(args.skip_recorded).expanduser())
+        if not runs:
+            return 0
     return execute(runs, args, root)
+
+
+def _leave_out_recorded(runs, store: Path):
+    """The grid less the cells `store` holds a record of, saying which were left out."""
+    from lra.sweep.grid import leave_out_recorded, recorded_cells
+
+    todo, held = leave_out_recorded(runs, recorded_cells(store))
+    if held:
+        names = ", ".join(run.name for run in held)
+        console.print(f"left out {len(held)} of {len(runs)} runs, recorded in {store}: {names}", highlight=False,
+                      markup=False, soft_wrap=True)  # fmt: skip
+    if not todo:
+        console.print(f"[bold green]done[/]: {store} holds a record of every run of this grid", highlight=False,
+                      soft_wrap=True)  # fmt: skip
+    return todo
 
 
 def run_seeds(args: argparse.Namespace) -> int:

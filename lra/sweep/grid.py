@@ -162,6 +162,24 @@ def recorded_run_dirs(store: str | os.PathLike[str] | None) -> set[str]:
     }
 
 
+def recorded_cells(store: str | os.PathLike[str]) -> set[tuple[str, str, str]]:
+    """(task, backend, config hash) of every run record in `store`: the cells it holds, whichever machine or folder
+    ran them (the hash covers the seed and every outcome setting, so a run of other settings is no match)."""
+    if not Path(store).is_dir():
+        raise ConfigError(f"--skip-recorded {store}: no such folder of records (e.g. leaderboard/results)")
+    return {
+        (r["task"], r["backend"], r["config_hash"])
+        for r in load_records(store)
+        if r.get("kind") == "run" and r.get("task") and r.get("backend") and r.get("config_hash")
+    }
+
+
+def leave_out_recorded(runs: list[Run], cells: set[tuple[str, str, str]]) -> tuple[list[Run], list[Run]]:
+    """`runs` split into those still to run and those whose cell `cells` already holds."""
+    held = [run for run in runs if (run.label, run.attn, run.config_hash) in cells]
+    return [run for run in runs if run not in held], held
+
+
 def run_state(run: Run, recorded: set[str]) -> str:
     """What `run` still needs: DONE, RECORD (finished, its record missing), RESUME (a checkpoint) or START.
 
