@@ -54,3 +54,18 @@ def test_fa_paper_speed_rows_carry_the_papers_speedup_beside_them(tmp_path):
     published = {r[0].text for r, row in zip(speed.cells(), speed.rows) if row.published}
     assert "Linformer (A100)" not in published and "Smyrf (A100)" not in published
     assert {"FlashAttention (A100)", "Performer (A100)", "Reformer (A100)"} <= published
+
+
+def test_the_fa_paper_table_also_holds_the_rows_of_the_code_its_recipe_follows(tmp_path):
+    """Xiong et al. 2021's Table 3 (the Nystromformer authors' runs of the code fa-paper follows) stands under the
+    FlashAttention paper's rows, with its own source; the fa-paper table is still one table."""
+    runs = [run_record("listops", "reformer", 0.19, preset="fa-paper")]
+    tables = tables_of(stored(tmp_path, runs))
+    table = tables[FA_ACCURACY]
+    assert sum(title.startswith("Accuracy, preset fa-paper") for title in tables) == 1
+    rows = {r[0].text: r for r in table.cells()}
+    assert cell(table, "Reformer (Xiong et al.)", "listops") == "19.1"  # 19.05 as published, one decimal
+    assert cell(table, "Reformer", "listops") == "36.5"  # the FlashAttention paper's tuned row beside it
+    assert cell(table, "Nyströmformer (Xiong et al.)", "text") == "65.5"
+    assert rows["Standard (Xiong et al.)"][-1].text == "Nyströmformer paper"
+    assert any("Xiong et al. 2021, Table 3" in note for note in table.notes)

@@ -18,7 +18,7 @@ from lra.results.aggregate import (
     run_key,
     task_order,
 )
-from lra.results.published import LRA_TASKS, PAPERS, Paper, paper_for
+from lra.results.published import LRA_TASKS, PAPERS, Paper, papers_for
 from lra.results.table import NO_DROPOUT_NOTE, Cell, Row, Table, dropout_marked, name, num, skips_dropout
 
 PRESET_TITLES = {
@@ -31,7 +31,7 @@ PRESET_TITLES = {
 
 def preset_order(presets) -> list[str]:
     """Presets in page order: the LRA configs, the FlashAttention recipe, then the rest by name."""
-    first = [p.preset for p in PAPERS]
+    first = list(dict.fromkeys(p.preset for p in PAPERS))
     return [p for p in first if p in presets] + sorted(set(presets) - set(first))
 
 
@@ -88,11 +88,11 @@ def preset_table(
 
     `exact`: the runs all have the preset's current settings (else each cell shows its newest config); `markers`:
     the preset's markers_baseline records, noted for the table's tasks."""
-    paper = paper_for(preset)
+    papers = papers_for(preset)
     groups = _newest_groups(runs)
-    if not groups and paper is None:
+    if not groups and not papers:
         return None
-    published = {t for accs in (paper.rows.values() if paper else []) for t in accs}
+    published = {t for paper in papers for accs in paper.rows.values() for t in accs}
     tasks = task_order({k[0] for k in groups} | published)
     rows = []
     for backend, store in sorted({(k[1], k[2]) for k in groups}):
@@ -100,13 +100,13 @@ def preset_table(
         cells = [acc_cell(recs) if recs else Cell("-") for recs in by_task.values()]
         avg = _lra_avg({t: _mean_acc(recs) for t, recs in by_task.items()})
         rows.append(Row([name(backend), *cells, num(avg), Cell(f"measured ({store})")]))
-    rows += _paper_rows(paper, tasks) if paper else []
+    rows += [row for paper in papers for row in _paper_rows(paper, tasks)]
     settings = "settings exactly as configs/ holds them" if exact else "the newest config of each task and backend"
     notes = [
         f"Test accuracy (%) on the best-validation checkpoint, preset {preset} ({PRESET_TITLES.get(preset, preset)}),"
         f" {settings}. {SEEDS_NOTE}"
     ]
-    notes += [f"Published rows: the {paper.name} ({paper.cite}), trained with this recipe."] if paper else []
+    notes += [f"Published rows: the {paper.name} ({paper.cite}), trained with this recipe." for paper in papers]
     notes += [NO_DROPOUT_NOTE] if skips_dropout(r for recs in groups.values() for r in recs) else []
     notes += _majority_note(runs)
     notes += _markers_note(markers, tasks)

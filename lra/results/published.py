@@ -2,10 +2,12 @@
 
 LRA: Tay et al. 2020, "Long Range Arena", Table 1 (test accuracy, %; FAIL = not above chance on Path-X).
 FlashAttention: Dao et al. 2022, Table 3 (LRA accuracy and training speed-up over their Transformer) and Table 6
-(Path-X, Path-256). Each paper's rows are compared with runs of the recipe it trained with: the LRA paper's with the
-LRA configs (preset `default`), the FlashAttention paper's with its recipe (preset `fa-paper`), and its approximate
-baselines' rows, tuned per method (its app. E.3), also with its authors' configs for them (preset `fly`). The figures
-are in `published.csv` beside this module (one line per paper and row; paper `lra` or `flash`).
+(Path-X, Path-256). Xiong et al. 2021 ("Nystromformer", arXiv 2102.03902), Table 3: the PyTorch LRA code and settings
+that the FlashAttention paper's recipe follows, run by its authors. Each paper's rows are compared with runs of the
+recipe it trained with: the LRA paper's with the LRA configs (preset `default`), the FlashAttention paper's and Xiong
+et al.'s with that recipe (preset `fa-paper`), and the FlashAttention paper's approximate baselines' rows, tuned per
+method (its app. E.3), also with its authors' configs for them (preset `fly`). The figures
+are in `published.csv` beside this module (one line per paper and row; paper `lra`, `flash` or `xiong`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ _ROWS, _SPEEDUPS = _read_published(PUBLISHED_CSV)
 # row name (backend-like) -> {task: accuracy %}; None = FAIL / not run
 LRA_PAPER: dict[str, dict[str, float | None]] = _ROWS["lra"]
 FLASH_PAPER: dict[str, dict[str, float | None]] = _ROWS["flash"]
+XIONG_PAPER: dict[str, dict[str, float | None]] = _ROWS["xiong"]
 # FlashAttention paper Table 3: training speed-up over the Transformer baseline, averaged over the LRA tasks (A100)
 FLASH_PAPER_SPEEDUP: dict[str, float] = _SPEEDUPS
 
@@ -59,6 +62,8 @@ _EXACT += ("flash_attn",)
 # the FlashAttention paper's approximate baselines: our backend -> its row
 _BASELINES = {"linformer": "Linformer", "linear": "Linear Attention", "performer": "Performer"}
 _BASELINES |= {"local": "Local Attention", "reformer": "Reformer", "smyrf": "Smyrf"}
+
+_XIONG = {"reformer": "Reformer", "linformer": "Linformer", "performer": "Performer", "nystrom": "Nyströmformer"}
 
 PAPERS = (
     Paper(
@@ -86,6 +91,16 @@ PAPERS = (
         },
     ),
     Paper(
+        "Nyströmformer paper",
+        "Xiong et al. 2021, Table 3: the code and settings this recipe follows, run by its authors",
+        "fa-paper",
+        XIONG_PAPER,
+        {
+            **dict.fromkeys((*_EXACT, "flash", "block_sparse_flash"), "Standard (Xiong et al.)"),
+            **{b: f"{row} (Xiong et al.)" for b, row in _XIONG.items()},
+        },
+    ),
+    Paper(
         "FlashAttention paper",
         "Dao et al. 2022, Table 3, its approximate baselines (tuned per method, app. E.3; configs: its authors' fly)",
         "fly",
@@ -96,6 +111,11 @@ PAPERS = (
 SPEEDUP_PRESET = "fa-paper"  # FLASH_PAPER_SPEEDUP was measured on the FlashAttention paper's recipe
 
 
+def papers_for(preset: str) -> list[Paper]:
+    """The papers whose rows were trained with `preset`'s recipe, the one it is named for first."""
+    return [p for p in PAPERS if p.preset == preset]
+
+
 def paper_for(preset: str) -> Paper | None:
-    """The paper whose rows were trained with `preset`'s recipe."""
-    return next((p for p in PAPERS if p.preset == preset), None)
+    """The paper `preset`'s recipe is named for (the first of `papers_for`)."""
+    return next(iter(papers_for(preset)), None)
