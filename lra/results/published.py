@@ -6,8 +6,8 @@ FlashAttention: Dao et al. 2022, Table 3 (LRA accuracy and training speed-up ove
 that the FlashAttention paper's recipe follows, run by its authors. Each paper's rows are compared with runs of the
 recipe it trained with: the LRA paper's with the LRA configs (preset `default`), the FlashAttention paper's and Xiong
 et al.'s with that recipe (preset `fa-paper`), and the FlashAttention paper's approximate baselines' rows, tuned per
-method (its app. E.3), also with its authors' configs for them (preset `fly`). The figures
-are in `published.csv` beside this module (one line per paper and row; paper `lra`, `flash` or `xiong`).
+method (its app. E.3), also with its authors' configs for them (preset `fly`). The figures are in `published.csv`
+beside this module (one line per paper and row; paper `lra`, `flash` or `xiong`).
 """
 
 from __future__ import annotations

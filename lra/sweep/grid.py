@@ -176,8 +176,11 @@ def recorded_cells(store: str | os.PathLike[str]) -> set[tuple[str, str, str]]:
 
 def leave_out_recorded(runs: list[Run], cells: set[tuple[str, str, str]]) -> tuple[list[Run], list[Run]]:
     """`runs` split into those still to run and those whose cell `cells` already holds."""
-    held = [run for run in runs if (run.label, run.attn, run.config_hash) in cells]
-    return [run for run in runs if run not in held], held
+    todo: list[Run] = []
+    held: list[Run] = []
+    for run in runs:
+        (held if (run.label, run.attn, run.config_hash) in cells else todo).append(run)
+    return todo, held
 
 
 def run_state(run: Run, recorded: set[str]) -> str:
