@@ -126,7 +126,7 @@ def _forward(q, k, v, lengths, rng, kv_list, scale, threshold, pad_queries, tile
         ls_h, ls_row, H, Nq, Nk, scale * LOG2E, threshold, keep_scale(threshold),
     ]  # fmt: skip
     consts = _consts(q, lengths, pad_queries, kv_list is not None, threshold, allow_tf32)
-    consts.update(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, **list_consts)
+    consts.update(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, RNG_AHEAD=bool(tiles.rng_ahead), **list_consts)
     grid = (triton.cdiv(Nq, tiles.block_m), B * H)
     _launch(attn_fwd, grid, args, consts, tiles.num_warps, tiles.num_stages, maxnreg=tiles.maxnreg)
     return out, lse
@@ -148,6 +148,7 @@ def _backward(do, q, k, v, out, lse, lengths, rng, q_list, dq_list, scale, thres
         H, Nq, HEAD_DIM=D, BLOCK_D=padded_head_dim(D), BLOCK_M=_PRE_BLOCK_M,
     )  # fmt: skip
     consts = _consts(q, lengths, pad_queries, q_list is not None, threshold, allow_tf32)
+    consts["RNG_AHEAD"] = bool(tiles.rng_ahead)
     head = [q, k, v, do]
     tail = [lengths if lengths is not None else dummy]
     strides = [
