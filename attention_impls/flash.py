@@ -78,8 +78,7 @@ class FlashAttention(AttentionBackend):
     `bwd_block_n`, `bwd_num_warps`, `bwd_num_stages` (backward), each None for the tuned default of the head dim;
     `maxnreg`, `bwd_maxnreg` (registers a thread may use in the forward and the backward kernels; 0: the compiler's
     choice; None: the default, the compiler's choice except the forward's 128 under dropout at head dim 8; head dim
-    8 without dropout has its own tiles, kernels/tiles.py); `rng_ahead` (default False: each loop step draws its own
-    dropout words; True: the step before draws them, the same mask in another instruction order);
+    8 without dropout has its own tiles, kernels/tiles.py);
     `allow_tf32` (fp32 inputs: tf32 dots instead of full-precision ones); `deterministic` (default True: the two-pass
     backward, bitwise reproducible; False: the one-pass backward with dQ by fp32 atomics, whose last bits vary);
     `compact_padding` (default False: right-padded masks only; True: any mask, by gathering real tokens first, at the
@@ -110,7 +109,6 @@ class FlashAttention(AttentionBackend):
         bwd_num_stages: int | None = None,
         maxnreg: int | None = None,
         bwd_maxnreg: int | None = None,
-        rng_ahead: bool | None = None,
         allow_tf32: bool = False,
         deterministic: bool = True,
         compact_padding: bool = False,
@@ -129,7 +127,6 @@ class FlashAttention(AttentionBackend):
             "bwd_num_stages": bwd_num_stages,
             "maxnreg": maxnreg,
             "bwd_maxnreg": bwd_maxnreg,
-            "rng_ahead": rng_ahead,
         }
         Tiles().with_options(**self.tile_options)  # reject bad tile options at construction
         self.allow_tf32 = bool(allow_tf32)

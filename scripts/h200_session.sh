@@ -24,8 +24,7 @@
 #        kernel: issue 33's table, `lra bench attention` of flash, flash@deterministic=false and the SDPA peers at
 #            head dims 8 and 16 (HEAD_DIMS), 1K-16K tokens (SEQS), dropout 0.1 then 0, bf16, 131,072 tokens a batch;
 #            at 0.1 also flash with the forward's registers left to the compiler (maxnreg=0; the default caps them at
-#            head dim 8 under dropout) and flash drawing each step's dropout words a step ahead (rng_ahead, v10);
-#            KERNEL_TRAIN=1 then times the issue's training steps (`lra bench train
+#            head dim 8 under dropout); KERNEL_TRAIN=1 then times the issue's training steps (`lra bench train
 #            --synthetic --compile max`: Path-X's fa-paper step with block_sparse_flash at batch 512 and flash beside
 #            sdpa_flash at 64, Pathfinder's with flash beside sdpa_flash)
 #        speed: issue 34's speed table: `lra bench train --preset fa-paper --compile max --synthetic`, every baseline
@@ -228,11 +227,10 @@ kernel_table() {  # issue 33's table, one `lra bench attention` run per dropout 
     # flash (and its one-pass backward) beside the SDPA kernels; with dropout also flash with the forward's registers
     # left to the compiler (maxnreg=0): the default caps them at 128 under dropout at head dim 8 since two H100 runs
     # (docs/flash_kernel.md, v8), and this keeps the uncapped kernel measured beside it; without dropout also the
-    # tiles head dim 8 takes under dropout (v5: 64 x 64, backward 32 x 64), which it left without dropout in v9; with
-    # dropout also v10's candidate, each loop step's Philox words drawn by the step before (rng_ahead)
+    # tiles head dim 8 takes under dropout (v5: 64 x 64, backward 32 x 64), which it left without dropout in v9
     local p variant
     for p in ${DROPOUTS:-0.1 0}; do
-        variant=",flash@maxnreg=0,flash@rng_ahead=true"
+        variant=",flash@maxnreg=0"
         [ "$p" != 0 ] || variant=",flash@block_m=64@block_n=64@bwd_block_n=64"
         # shellcheck disable=SC2086
         timeout "$(left)" ${PIN:-} python3 -m lra bench attention --device "$DEVICE" --dropout "$p" \

@@ -23,10 +23,8 @@ from attention_impls.kernels.function import dropout_keep_mask, flash_attention 
 SEED = 1000 + TEST_SEED  # the kernels' dropout seed in these tests (TEST_SEED varies it with the inputs)
 
 
-def _tiles(m, n, bm, bn, rng_ahead=0):
-    return Tiles(
-        block_m=m, block_n=n, num_stages=1, bwd_block_m=bm, bwd_block_n=bn, bwd_num_stages=1, rng_ahead=rng_ahead
-    )
+def _tiles(m, n, bm, bn):
+    return Tiles(block_m=m, block_n=n, num_stages=1, bwd_block_m=bm, bwd_block_n=bn, bwd_num_stages=1)
 
 
 def test_quantisation_is_round_to_nearest_256th():
@@ -79,8 +77,6 @@ def test_masks_are_uncorrelated():
         (_tiles(16, 16, 16, 16), None),
         (_tiles(32, 16, 16, 32), None),
         (_tiles(16, 32, 32, 16), LayoutLists(build_layout("dense", 2), 32)),  # the block-list loops
-        (_tiles(16, 16, 16, 16, rng_ahead=1), None),  # each step's words drawn by the step before
-        (_tiles(16, 32, 32, 16, rng_ahead=1), LayoutLists(build_layout("dense", 2), 32)),
     ],
 )
 def test_every_kernel_applies_the_reported_mask_whatever_the_tiles(tiles, lists):
@@ -93,44 +89,6 @@ def test_every_kernel_applies_the_reported_mask_whatever_the_tiles(tiles, lists)
     for kernel in ("forward", "dq", "dkdv"):
         assert torch.equal(masks[kernel], want), f"{kernel} kernel's mask differs in {(masks[kernel] != want).sum()}"
     assert masks["scale"] == pytest.approx(256 / (256 - quantize_dropout(p)), rel=1e-6)  # the quantised 1/(1-p)
-
-
-@pytest.mark.parametrize("in_registers", [True, False])
-@pytest.mark.parametrize("deterministic", [True, False])
-def test_rng_ahead_is_bitwise_the_same_attention_on_every_walk(deterministic, in_registers, monkeypatch):
-    """rng_ahead=1 draws each loop step's dropout words one step early: on dense ranges and on block lists with gaps
-    (held in registers or read one entry ahead), under padding and Nq != Nk, outputs and gradients are bitwise those
-    of rng_ahead=0, in both backwards."""
-    from attention_impls.kernels import function
-
-    monkeypatch.setattr(function, "REGISTER_LIST_MAX", 1 << 20 if in_registers else 0)
-    gen = generator(21)
-    q = torch.randn(2, 2, 41, 16, generator=gen).requires_grad_()
-    k, v = (torch.randn(2, 2, 73, 16, generator=gen).requires_grad_() for _ in range(2))
-    do = torch.randn(2, 2, 41, 16, generator=gen)
-    lens = torch.tensor([73, 30], dtype=torch.int32)
-    layout = torch.rand(2, 3, 5, generator=gen) < 0.5  # per head, with skipped blocks
-    state = rng_state(SEED, 5)
-    for lists in (None, LayoutLists(layout, 16)):
-        results = []
-        for ahead in (0, 1):
-            tiles = _tiles(16, 16, 16, 16, rng_ahead=ahead)
-            out = flash_attention(
-                q, k, v, lens, dropout_p=0.3, seed=state, tiles=tiles, lists=lists, deterministic=deterministic
-            )
-            results.append((out, *torch.autograd.grad(out, (q, k, v), do)))
-        for name, a, b in zip(("out", "dq", "dk", "dv"), *results):
-            assert a.abs().sum() > 0, name
-            assert torch.equal(a, b), f"{name} differs ({'lists' if lists else 'dense'}): {(a - b).abs().max():.2e}"
-
-
-def test_rng_ahead_is_a_backend_option_off_by_default():
-    for name in ("flash", "block_sparse_flash"):
-        assert build_attention(name, heads=2, head_dim=8, seq_len=64).tiles(torch.bfloat16, "cuda").rng_ahead == 0
-        chosen = build_attention(name, heads=2, head_dim=8, seq_len=64, options={"rng_ahead": True})
-        assert chosen.tiles(torch.bfloat16, "cuda", dropout=True).rng_ahead == 1
-    with pytest.raises(ValueError, match="rng_ahead=2 must be 0 or 1"):
-        Tiles(rng_ahead=2)
 
 
 @pytest.mark.parametrize("deterministic", [True, False])

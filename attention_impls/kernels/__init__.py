@@ -11,7 +11,6 @@ Importing this package does not import triton; `function` does (import it where 
 from attention_impls.kernels.dropout import draw_rng_state, effective_dropout, quantize_dropout, rng_state
 from attention_impls.kernels.lists import LayoutLists
 from attention_impls.kernels.tiles import (
-    ALL_OPTIONS,
     MAX_HEAD_DIM,
     REGISTER_OPTIONS,
     SUPPORTED_HEAD_DIMS,
@@ -21,7 +20,6 @@ from attention_impls.kernels.tiles import (
 )
 
 __all__ = [
-    "ALL_OPTIONS",
     "MAX_HEAD_DIM",
     "REGISTER_OPTIONS",
     "SUPPORTED_HEAD_DIMS",

@@ -19,16 +19,13 @@ import triton.language as tl
 
 from attention_impls.kernels.common import (
     dropout_keep,
-    dropout_words,
     head_ptr,
-    keep_from_words,
     load_block,
     load_cols,
     load_rows,
     mma,
     program_start,
     store_rows,
-    upcoming_start,
     visit_plan,
     walk_start,
     walk_step,
@@ -113,7 +110,6 @@ def dkdv_inner(
     SPARSE: tl.constexpr,
     MASK_Q: tl.constexpr,
     DROPOUT: tl.constexpr,
-    RNG_AHEAD: tl.constexpr,
     PREC: tl.constexpr,
     UPCAST: tl.constexpr,
     LIST_IN_REGS: tl.constexpr,
@@ -127,9 +123,6 @@ def dkdv_inner(
     offs_m0, d_ok, nxt, entries = walk_start(
         list_ptr, lo, hi, offs_d, BLOCK_M, HEAD_DIM, SPARSE, LIST_IN_REGS, MAX_LIST
     )
-    if DROPOUT and RNG_AHEAD:
-        start = upcoming_start(lo - 1, hi, nxt, entries, BLOCK_M, SPARSE, LIST_IN_REGS, MAX_LIST)
-        words = dropout_words(seed, offset, bh, start + offs_m0, start_n, BLOCK_N)
     for i in range(lo, hi):
         _, offs_m, m_ok, nxt = walk_step(list_ptr, i, hi, nxt, entries, offs_m0, q_len, SPARSE, LIST_IN_REGS, MAX_LIST)
         qT = load_cols(Q_base, offs_m, stride_qn, m_ok, offs_d, d_ok, MASK_Q, PAD_D)
@@ -144,10 +137,7 @@ def dkdv_inner(
         do = load_block(DO_base, offs_m, stride_don, m_ok, offs_d, d_ok, MASK_Q, PAD_D)
         dpT = mma(v, tl.trans(do), tl.zeros([k.shape[0], BLOCK_M], tl.float32), PREC, UPCAST)
         if DROPOUT:
-            if RNG_AHEAD:
-                keepT = tl.trans(keep_from_words(words, threshold, BLOCK_N))
-            else:
-                keepT = tl.trans(dropout_keep(seed, offset, bh, offs_m, start_n, threshold, BLOCK_N))
+            keepT = tl.trans(dropout_keep(seed, offset, bh, offs_m, start_n, threshold, BLOCK_N))
             pdT = tl.where(keepT, pT * keep_scale, 0.0)
             dpT = tl.where(keepT, dpT * keep_scale, 0.0)
         else:
@@ -159,9 +149,6 @@ def dkdv_inner(
             dq = mma(tl.trans(dsT), k, tl.zeros([BLOCK_M, k.shape[1]], tl.float32), PREC, UPCAST)
             dq_ptrs = DQ_base + offs_m[:, None] * stride_dqn + offs_d[None, :]
             tl.atomic_add(dq_ptrs, dq, mask=m_ok[:, None] & d_ok[None, :], sem="relaxed")
-        if DROPOUT and RNG_AHEAD:  # the next step's words, drawn while this step's dots are in flight
-            start = upcoming_start(i, hi, nxt, entries, BLOCK_M, SPARSE, LIST_IN_REGS, MAX_LIST)
-            words = dropout_words(seed, offset, bh, start + offs_m0, start_n, BLOCK_N)
     return dk, dv
 
 
@@ -215,7 +202,6 @@ def bwd_dkdv(
     SPARSE: tl.constexpr,
     MAX_LIST: tl.constexpr,
     DROPOUT: tl.constexpr,
-    RNG_AHEAD: tl.constexpr,
     PREC: tl.constexpr,
     UPCAST: tl.constexpr,
     LIST_IN_REGS: tl.constexpr,
@@ -250,12 +236,12 @@ def bwd_dkdv(
     dk, dv = dkdv_inner(
         dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, stride_don, dq_base, stride_dqn, list_ptr, 0,
         n_full, start_n, offs_d, q_len, qk_scale, seed, offset, threshold, keep_scale, bh, HEAD_DIM, BLOCK_M, SPARSE,
-        False, DROPOUT, RNG_AHEAD, PREC, UPCAST, LIST_IN_REGS, MAX_LIST, ATOMIC_DQ,
+        False, DROPOUT, PREC, UPCAST, LIST_IN_REGS, MAX_LIST, ATOMIC_DQ,
     )  # fmt: skip
     dk, dv = dkdv_inner(
         dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qn, stride_don, dq_base, stride_dqn, list_ptr,
         n_full, n_any, start_n, offs_d, q_len, qk_scale, seed, offset, threshold, keep_scale, bh, HEAD_DIM, BLOCK_M,
-        SPARSE, True, DROPOUT, RNG_AHEAD, PREC, UPCAST, LIST_IN_REGS, MAX_LIST, ATOMIC_DQ,
+        SPARSE, True, DROPOUT, PREC, UPCAST, LIST_IN_REGS, MAX_LIST, ATOMIC_DQ,
     )  # fmt: skip
     # Keys past the row's length were loaded as zeros and picked up junk in their own rows only: zero them.
     dk = tl.where(n_ok[:, None], dk * scale, 0.0)
@@ -292,7 +278,6 @@ def dq_inner(
     SPARSE: tl.constexpr,
     MASK_KV: tl.constexpr,
     DROPOUT: tl.constexpr,
-    RNG_AHEAD: tl.constexpr,
     PREC: tl.constexpr,
     UPCAST: tl.constexpr,
     LIST_IN_REGS: tl.constexpr,
@@ -303,9 +288,6 @@ def dq_inner(
     offs_n0, d_ok, nxt, entries = walk_start(
         list_ptr, lo, hi, offs_d, BLOCK_N, HEAD_DIM, SPARSE, LIST_IN_REGS, MAX_LIST
     )
-    if DROPOUT and RNG_AHEAD:
-        start = upcoming_start(lo - 1, hi, nxt, entries, BLOCK_N, SPARSE, LIST_IN_REGS, MAX_LIST)
-        words = dropout_words(seed, offset, bh, offs_m, start, BLOCK_N)
     for i in range(lo, hi):
         start_n, offs_n, n_ok, nxt = walk_step(
             list_ptr, i, hi, nxt, entries, offs_n0, kv_len, SPARSE, LIST_IN_REGS, MAX_LIST
@@ -318,16 +300,10 @@ def dq_inner(
             p = tl.where(n_ok[None, :], p, 0.0)
         dp = mma(do, vT, tl.zeros([q.shape[0], BLOCK_N], tl.float32), PREC, UPCAST)
         if DROPOUT:
-            if RNG_AHEAD:
-                keep = keep_from_words(words, threshold, BLOCK_N)
-            else:
-                keep = dropout_keep(seed, offset, bh, offs_m, start_n, threshold, BLOCK_N)
+            keep = dropout_keep(seed, offset, bh, offs_m, start_n, threshold, BLOCK_N)
             dp = tl.where(keep, dp * keep_scale, 0.0)
         ds = p * (dp - delta[:, None])
         dq = mma(ds.to(kT.dtype), tl.trans(kT), dq, PREC, UPCAST)
-        if DROPOUT and RNG_AHEAD:  # the next step's words, drawn while this step's dot is in flight
-            start = upcoming_start(i, hi, nxt, entries, BLOCK_N, SPARSE, LIST_IN_REGS, MAX_LIST)
-            words = dropout_words(seed, offset, bh, offs_m, start, BLOCK_N)
     return dq
 
 
@@ -376,7 +352,6 @@ def bwd_dq(
     SPARSE: tl.constexpr,
     MAX_LIST: tl.constexpr,
     DROPOUT: tl.constexpr,
-    RNG_AHEAD: tl.constexpr,
     PREC: tl.constexpr,
     UPCAST: tl.constexpr,
     LIST_IN_REGS: tl.constexpr,
@@ -402,13 +377,13 @@ def bwd_dq(
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     dq = dq_inner(
         dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, list_ptr, 0, n_full, offs_m, offs_d, kv_len,
-        qk_scale, seed, offset, threshold, keep_scale, bh, HEAD_DIM, BLOCK_N, SPARSE, False, DROPOUT, RNG_AHEAD, PREC,
-        UPCAST, LIST_IN_REGS, MAX_LIST,
+        qk_scale, seed, offset, threshold, keep_scale, bh, HEAD_DIM, BLOCK_N, SPARSE, False, DROPOUT, PREC, UPCAST,
+        LIST_IN_REGS, MAX_LIST,
     )  # fmt: skip
     dq = dq_inner(
         dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, list_ptr, n_full, n_any, offs_m, offs_d, kv_len,
-        qk_scale, seed, offset, threshold, keep_scale, bh, HEAD_DIM, BLOCK_N, SPARSE, True, DROPOUT, RNG_AHEAD, PREC,
-        UPCAST, LIST_IN_REGS, MAX_LIST,
+        qk_scale, seed, offset, threshold, keep_scale, bh, HEAD_DIM, BLOCK_N, SPARSE, True, DROPOUT, PREC, UPCAST,
+        LIST_IN_REGS, MAX_LIST,
     )  # fmt: skip
     # Padded query rows are selected to zero: NaN or inf in their q, dO or delta must not reach dQ.
     dq = tl.where((offs_m < q_len)[:, None], dq * scale, 0.0)

@@ -189,22 +189,6 @@ def walk_step(
 
 
 @triton.jit
-def upcoming_start(
-    i, hi, nxt, entries, BLOCK: tl.constexpr, SPARSE: tl.constexpr, LIST_IN_REGS: tl.constexpr, MAX_LIST: tl.constexpr
-):
-    """First position of step i+1's block, from the `next_block` state after step i (with i = lo - 1 and the
-    prologue's state: step lo's), for drawing its dropout words a step ahead; 0 once i + 1 == hi."""
-    if SPARSE:
-        blk = nxt  # a long list's entry i + 1, read during step i
-        if LIST_IN_REGS:
-            blk = tl.sum(tl.where(tl.arange(0, MAX_LIST) == i + 1, entries, 0), axis=0)
-        blk = tl.where(i + 1 < hi, blk, 0)
-    else:
-        blk = i + 1
-    return blk * BLOCK
-
-
-@triton.jit
 def load_cols(base, offs, stride, ok, offs_d, d_ok, MASK_ROWS: tl.constexpr, PAD_D: tl.constexpr):
     """The [BLOCK_D, len(offs)] tile of rows `offs` (row stride `stride`), transposed: the inner loops' K^T, V^T and
     Q^T. Masked as `load_tile` masks (rows not `ok` only with MASK_ROWS, padded columns only with PAD_D)."""
@@ -234,9 +218,9 @@ def visit_bounds(list_ptr, valid_len, BLOCK: tl.constexpr, SPARSE: tl.constexpr,
 
 
 @triton.jit
-def dropout_words(seed, offset, bh, offs_m, start_n, BLOCK_N: tl.constexpr):
-    """The Philox words deciding query rows `offs_m` x keys start_n .. start_n + BLOCK_N - 1: [len(offs_m),
-    BLOCK_N // 4] uint32, word a of group g at column 4 g + a; `start_n` is a multiple of 16."""
+def dropout_keep(seed, offset, bh, offs_m, start_n, threshold, BLOCK_N: tl.constexpr):
+    """Keep-mask (True = kept) of query rows `offs_m` x keys start_n .. start_n + BLOCK_N - 1, shape
+    [len(offs_m), BLOCK_N]; `start_n` is a multiple of 16 (tiles are powers of two >= 16)."""
     BLOCK_M: tl.constexpr = offs_m.shape[0]
     N_GROUPS: tl.constexpr = BLOCK_N // GROUP
     groups = start_n // GROUP + tl.arange(0, N_GROUPS)
@@ -247,24 +231,12 @@ def dropout_words(seed, offset, bh, offs_m, start_n, BLOCK_N: tl.constexpr):
     c3 = (zero + (offset & 0xFFFFFFFF)).to(tl.uint32)
     r0, r1, r2, r3 = tl.philox(seed, c0, c1, c2, c3, PHILOX_ROUNDS)
     # [..., i, j] = word 2i + j, so that the flattened minor index is the word index a.
-    return tl.reshape(tl.join(tl.join(r0, r2), tl.join(r1, r3)), [BLOCK_M, N_GROUPS * 4])
-
-
-@triton.jit
-def keep_from_words(words, threshold, BLOCK_N: tl.constexpr):
-    """The keep-mask (True = kept), [rows, BLOCK_N], that `dropout_words`' words give at drop threshold `threshold`."""
+    words = tl.reshape(tl.join(tl.join(r0, r2), tl.join(r1, r3)), [BLOCK_M, N_GROUPS * 4])
     # byte b >= threshold  <=>  (word & (0xFF << 8b)) >= threshold << 8b: two integer ops per decision, not three.
     shifts = (tl.arange(0, 4) * 8).to(tl.uint32)
     masks = (tl.full([4], 0xFF, tl.uint32) << shifts)[None, None, :]
     levels = ((tl.zeros([4], tl.uint32) + threshold) << shifts)[None, None, :]
-    return tl.reshape((words[:, :, None] & masks) >= levels, [words.shape[0], BLOCK_N])
-
-
-@triton.jit
-def dropout_keep(seed, offset, bh, offs_m, start_n, threshold, BLOCK_N: tl.constexpr):
-    """Keep-mask (True = kept) of query rows `offs_m` x keys start_n .. start_n + BLOCK_N - 1, shape
-    [len(offs_m), BLOCK_N]; `start_n` is a multiple of 16 (tiles are powers of two >= 16)."""
-    return keep_from_words(dropout_words(seed, offset, bh, offs_m, start_n, BLOCK_N), threshold, BLOCK_N)
+    return tl.reshape((words[:, :, None] & masks) >= levels, [BLOCK_M, BLOCK_N])
 
 
 @triton.jit

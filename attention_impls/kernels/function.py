@@ -88,9 +88,7 @@ def _warn_once(message: str) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
-def _consts(q: torch.Tensor, lengths, pad_queries: bool, sparse: bool, threshold: int, allow_tf32: bool,
-            tiles: Tiles) -> dict:  # fmt: skip
-    """The kernels' shared constexprs (without dropout `rng_ahead` changes nothing, so it compiles no other variant)."""
+def _consts(q: torch.Tensor, lengths, pad_queries: bool, sparse: bool, threshold: int, allow_tf32: bool) -> dict:
     fp32 = q.dtype == torch.float32
     return {
         "HEAD_DIM": q.shape[-1],
@@ -99,7 +97,6 @@ def _consts(q: torch.Tensor, lengths, pad_queries: bool, sparse: bool, threshold
         "PAD_QUERIES": bool(pad_queries and lengths is not None),
         "SPARSE": sparse,
         "DROPOUT": threshold > 0,
-        "RNG_AHEAD": threshold > 0 and bool(tiles.rng_ahead),
         "PREC": "tf32" if (not fp32 or allow_tf32) else "ieee",
         "UPCAST": triton_interpreting() and q.dtype == torch.bfloat16,
     }
@@ -128,7 +125,7 @@ def _forward(q, k, v, lengths, rng, kv_list, scale, threshold, pad_queries, tile
         v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
         ls_h, ls_row, H, Nq, Nk, scale * LOG2E, threshold, keep_scale(threshold),
     ]  # fmt: skip
-    consts = _consts(q, lengths, pad_queries, kv_list is not None, threshold, allow_tf32, tiles)
+    consts = _consts(q, lengths, pad_queries, kv_list is not None, threshold, allow_tf32)
     consts.update(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, **list_consts)
     grid = (triton.cdiv(Nq, tiles.block_m), B * H)
     _launch(attn_fwd, grid, args, consts, tiles.num_warps, tiles.num_stages, maxnreg=tiles.maxnreg)
@@ -150,7 +147,7 @@ def _backward(do, q, k, v, out, lse, lengths, rng, q_list, dq_list, scale, thres
         out, do, delta, out.stride(0), out.stride(1), out.stride(2), do.stride(0), do.stride(1), do.stride(2),
         H, Nq, HEAD_DIM=D, BLOCK_D=padded_head_dim(D), BLOCK_M=_PRE_BLOCK_M,
     )  # fmt: skip
-    consts = _consts(q, lengths, pad_queries, q_list is not None, threshold, allow_tf32, tiles)
+    consts = _consts(q, lengths, pad_queries, q_list is not None, threshold, allow_tf32)
     head = [q, k, v, do]
     tail = [lengths if lengths is not None else dummy]
     strides = [

@@ -17,16 +17,13 @@ import triton.language as tl
 
 from attention_impls.kernels.common import (
     dropout_keep,
-    dropout_words,
     head_ptr,
-    keep_from_words,
     load_block,
     load_cols,
     load_rows,
     mma,
     program_start,
     store_rows,
-    upcoming_start,
     visit_plan,
     walk_start,
     walk_step,
@@ -59,7 +56,6 @@ def fwd_inner(
     SPARSE: tl.constexpr,
     MASK_KV: tl.constexpr,
     DROPOUT: tl.constexpr,
-    RNG_AHEAD: tl.constexpr,
     PREC: tl.constexpr,
     UPCAST: tl.constexpr,
     LIST_IN_REGS: tl.constexpr,
@@ -70,9 +66,6 @@ def fwd_inner(
     offs_n0, d_ok, nxt, entries = walk_start(
         list_ptr, lo, hi, offs_d, BLOCK_N, HEAD_DIM, SPARSE, LIST_IN_REGS, MAX_LIST
     )
-    if DROPOUT and RNG_AHEAD:
-        start = upcoming_start(lo - 1, hi, nxt, entries, BLOCK_N, SPARSE, LIST_IN_REGS, MAX_LIST)
-        words = dropout_words(seed, offset, bh, offs_m, start, BLOCK_N)
     for i in range(lo, hi):
         start_n, offs_n, n_ok, nxt = walk_step(
             list_ptr, i, hi, nxt, entries, offs_n0, kv_len, SPARSE, LIST_IN_REGS, MAX_LIST
@@ -87,16 +80,10 @@ def fwd_inner(
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         if DROPOUT:
-            if RNG_AHEAD:
-                p = tl.where(keep_from_words(words, threshold, BLOCK_N), p, 0.0)
-            else:
-                p = tl.where(dropout_keep(seed, offset, bh, offs_m, start_n, threshold, BLOCK_N), p, 0.0)
+            p = tl.where(dropout_keep(seed, offset, bh, offs_m, start_n, threshold, BLOCK_N), p, 0.0)
         v = load_block(V_base, offs_n, stride_vn, n_ok, offs_d, d_ok, MASK_KV, PAD_D)
         acc = mma(p.to(v.dtype), v, acc, PREC, UPCAST)
         m_i = m_new
-        if DROPOUT and RNG_AHEAD:  # the next step's words, drawn while this step's dot is in flight
-            start = upcoming_start(i, hi, nxt, entries, BLOCK_N, SPARSE, LIST_IN_REGS, MAX_LIST)
-            words = dropout_words(seed, offset, bh, offs_m, start, BLOCK_N)
     return acc, l_i, m_i
 
 
@@ -139,7 +126,6 @@ def attn_fwd(
     SPARSE: tl.constexpr,
     MAX_LIST: tl.constexpr,
     DROPOUT: tl.constexpr,
-    RNG_AHEAD: tl.constexpr,
     PREC: tl.constexpr,
     UPCAST: tl.constexpr,
     LIST_IN_REGS: tl.constexpr,
@@ -165,12 +151,12 @@ def attn_fwd(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     acc, l_i, m_i = fwd_inner(
         acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, list_ptr, 0, n_full, offs_m, offs_d, kv_len,
-        qk_scale, seed, offset, threshold, bh, HEAD_DIM, BLOCK_N, SPARSE, False, DROPOUT, RNG_AHEAD, PREC, UPCAST,
+        qk_scale, seed, offset, threshold, bh, HEAD_DIM, BLOCK_N, SPARSE, False, DROPOUT, PREC, UPCAST,
         LIST_IN_REGS, MAX_LIST,
     )  # fmt: skip
     acc, l_i, m_i = fwd_inner(
         acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, list_ptr, n_full, n_any, offs_m, offs_d, kv_len,
-        qk_scale, seed, offset, threshold, bh, HEAD_DIM, BLOCK_N, SPARSE, True, DROPOUT, RNG_AHEAD, PREC, UPCAST,
+        qk_scale, seed, offset, threshold, bh, HEAD_DIM, BLOCK_N, SPARSE, True, DROPOUT, PREC, UPCAST,
         LIST_IN_REGS, MAX_LIST,
     )  # fmt: skip
 

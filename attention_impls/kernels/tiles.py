@@ -5,9 +5,7 @@ The forward uses (block_m query rows) x (block_n keys). The backward's dK/dV ker
 (bwd_block_n keys) and its dQ kernel the transpose, (bwd_block_n query rows) x (bwd_block_m keys), as in the Triton
 tutorial: the outer tile is the large one and the loop walks small tiles. `maxnreg` and `bwd_maxnreg` cap the
 registers a thread of the forward and of the backward kernels may use (Triton's launch option; 0: the compiler's
-choice): fewer registers let more programs share an SM, which hides latency, at the risk of spills. `rng_ahead` = 1
-draws each loop step's dropout words (Philox) one step ahead, while the step before computes: the same mask, in
-another instruction order (docs/flash_kernel.md, v10).
+choice): fewer registers let more programs share an SM, which hides latency, at the risk of spills.
 """
 
 from __future__ import annotations
@@ -28,8 +26,6 @@ TILE_OPTIONS = (
     "bwd_num_stages",
 )
 REGISTER_OPTIONS = ("maxnreg", "bwd_maxnreg")  # launch options beside the tiles; not swept by `lra bench tiles`
-SCHEDULE_OPTIONS = ("rng_ahead",)  # switches of the loops' instruction order, 0 or 1; not swept either
-ALL_OPTIONS = TILE_OPTIONS + REGISTER_OPTIONS + SCHEDULE_OPTIONS
 MAX_REGISTERS = 255  # per thread on NVIDIA GPUs
 
 
@@ -54,7 +50,6 @@ class Tiles:
     bwd_num_stages: int = 2
     maxnreg: int = 0
     bwd_maxnreg: int = 0
-    rng_ahead: int = 0
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "bwd_block_m", "bwd_block_n"):
@@ -72,27 +67,24 @@ class Tiles:
             val = getattr(self, name)
             if val != 0 and not 32 <= val <= MAX_REGISTERS:
                 raise ValueError(f"{name}={val} must be 0 (the compiler's choice) or 32..{MAX_REGISTERS} registers")
-        for name in SCHEDULE_OPTIONS:
-            if getattr(self, name) not in (0, 1):
-                raise ValueError(f"{name}={getattr(self, name)} must be 0 or 1 (false or true)")
 
     def with_options(self, **options: int | None) -> Tiles:
         """These tiles with the options that are not None replaced."""
-        unknown = set(options) - set(ALL_OPTIONS)
+        unknown = set(options) - set(TILE_OPTIONS + REGISTER_OPTIONS)
         if unknown:
-            valid = ", ".join(ALL_OPTIONS)
+            valid = ", ".join(TILE_OPTIONS + REGISTER_OPTIONS)
             raise ValueError(f"unknown tile option(s) {sorted(unknown)}; valid: {valid}")
         return replace(self, **{k: int(v) for k, v in options.items() if v is not None})
 
     @classmethod
     def from_values(cls, values: Sequence[int]) -> Tiles:
-        """Tiles from a list in ALL_OPTIONS order (the tuned tables give the first eight): the inverse of `values`
-        (the custom ops' form)."""
-        return cls(**dict(zip(ALL_OPTIONS, values)))
+        """Tiles from a list in TILE_OPTIONS + REGISTER_OPTIONS order (the tuned tables give the first eight): the
+        inverse of `values` (the custom ops' form)."""
+        return cls(**dict(zip(TILE_OPTIONS + REGISTER_OPTIONS, values)))
 
     def values(self) -> list[int]:
-        """The fields as a list in ALL_OPTIONS order (how the custom ops take them)."""
-        return [getattr(self, name) for name in ALL_OPTIONS]
+        """The fields as a list in TILE_OPTIONS + REGISTER_OPTIONS order (how the custom ops take them)."""
+        return [getattr(self, name) for name in TILE_OPTIONS + REGISTER_OPTIONS]
 
 
 # Defaults on the H200, by head dim, for 16-bit inputs: the fastest of the sweep in docs/flash_kernel.md (device call 1;
