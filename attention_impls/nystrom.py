@@ -72,6 +72,24 @@ def segment_means_matrix(real: torch.Tensor, num_segments: int, dtype: torch.dty
     return weights / weights.sum(dim=-1, keepdim=True).clamp(min=1)
 
 
+def sequence_conv(v: torch.Tensor, taps: torch.Tensor, block: int = 64) -> torch.Tensor:
+    """out[b, h, i] = sum_t taps[h, t] v[b, h, i + t - k // 2] (zeros outside 0..N-1): the depthwise k x 1
+    convolution over the sequence that nn.Conv2d(groups=heads) computes, as matrix products instead.
+
+    Each block of `block` outputs reads a window of block + k - 1 inputs through one banded (block x window) matrix
+    per head, shared by all blocks, so the work runs on the matrix units: cuDNN's depthwise k x 1 kernels made this
+    skip cost more than the rest of the attention (docs/baselines.md)."""
+    b, h, n, d = v.shape
+    k = taps.shape[-1]
+    half, blocks = k // 2, -(-n // block)
+    padded = F.pad(v, (0, 0, half, half + blocks * block - n))
+    windows = padded.unfold(2, block + k - 1, block)  # (B, H, blocks, d, window)
+    offset = torch.arange(block + k - 1, device=v.device)[None, :] - torch.arange(block, device=v.device)[:, None]
+    band = taps[:, offset.clamp(0, k - 1)] * ((offset >= 0) & (offset < k)).to(taps.dtype)  # (H, block, window)
+    out = torch.matmul(band[None, :, None].to(v.dtype), windows.transpose(-2, -1))  # (B, H, blocks, block, d)
+    return out.reshape(b, h, blocks * block, d)[:, :, :n]
+
+
 @register_backend("nystrom")
 class NystromAttention(AttentionBackend):
     """Nystromformer attention. Options: num_landmarks=64, pinv_iterations=6, conv_kernel_size=35 (None: off)."""
@@ -126,8 +144,7 @@ class NystromAttention(AttentionBackend):
             out = torch.matmul(kernel_1, torch.matmul(iterative_pinv(kernel_2, self.pinv_iterations), reduced))
         out = out.to(v.dtype)
         if self.conv_kernel_size is not None:  # v's padded rows are zero already
-            pad = self.conv_kernel_size // 2
-            out = out + F.conv2d(v, self.conv_weight.to(v.dtype), padding=(pad, 0), groups=self.heads)
+            out = out + sequence_conv(v, self.conv_weight[:, 0, :, 0])
         return zero_padded_outputs(out, key_padding_mask)
 
     def extra_repr(self) -> str:

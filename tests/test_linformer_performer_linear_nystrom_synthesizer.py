@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from attention_impls import build_attention
-from attention_impls.nystrom import iterative_pinv, segment_means_matrix
+from attention_impls.nystrom import iterative_pinv, segment_means_matrix, sequence_conv
 from tests.reference import TEST_SEED, reference_attention, rel_err, right_padded_mask
 
 NAMES = ["linformer", "performer", "linear", "nystrom", "synthesizer"]
@@ -405,6 +405,20 @@ def test_nystrom_conv_skip_adds_a_depthwise_convolution_of_real_values():
                     if 0 <= j < n_real:
                         skip[b, h, i] += tap * v[b, h, j]
     assert rel_err(conv(q, k, v, mask), plain(q, k, v, mask) + skip) < 1e-12
+
+
+@pytest.mark.parametrize(("n", "taps", "block"), [(21, 3, 8), (1000, 35, 64), (7, 35, 4), (130, 5, 64), (16, 1, 16)])
+def test_nystrom_sequence_conv_is_a_depthwise_conv2d_with_its_gradients(n, taps, block):
+    """The banded-matrix form equals nn.Conv2d's depthwise k x 1 convolution (the authors' layer), gradients too:
+    odd lengths, a last block cut short, kernels wider than a block."""
+    v = torch.randn(B, H, n, 5, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(H, taps, dtype=torch.float64, requires_grad=True)
+    ours = sequence_conv(v, w, block=block)
+    ref = F.conv2d(v, w[:, None, :, None], padding=(taps // 2, 0), groups=H)
+    grad = torch.randn_like(ref)
+    assert rel_err(ours, ref) < 1e-12
+    for got, want in zip(torch.autograd.grad(ours, (v, w), grad), torch.autograd.grad(ref, (v, w), grad)):
+        assert rel_err(got, want) < 1e-12
 
 
 # ----------------------------------------------------------------------------------------------------------------
