@@ -77,8 +77,9 @@ def sequence_conv(v: torch.Tensor, taps: torch.Tensor, block: int = 64) -> torch
     convolution over the sequence that nn.Conv2d(groups=heads) computes, as matrix products instead.
 
     Each block of `block` outputs reads a window of block + k - 1 inputs through one banded (block x window) matrix
-    per head, shared by all blocks, so the work runs on the matrix units: cuDNN's depthwise k x 1 kernels made this
-    skip cost more than the rest of the attention (docs/baselines.md)."""
+    per head, shared by all blocks, so the work runs on the matrix units. At k = 35, bf16, forward and backward, on
+    an H100: 1.42 ms against cuDNN's depthwise conv2d's 6.75 at Image's shape (256 x 2 heads x 1,024 x 32), the
+    same (1.51 / 1.56) at ListOps' (docs/baselines.md)."""
     b, h, n, d = v.shape
     k = taps.shape[-1]
     half, blocks = k // 2, -(-n // block)
