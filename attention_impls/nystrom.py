@@ -47,6 +47,7 @@ from attention_impls.masking import (
     zero_padded_outputs,
 )
 from attention_impls.registry import register_backend
+from lra.core.numbers import ceil_div
 
 
 def iterative_pinv(mat: torch.Tensor, iterations: int = 6) -> torch.Tensor:
@@ -82,7 +83,7 @@ def sequence_conv(v: torch.Tensor, taps: torch.Tensor, block: int = 64) -> torch
     same (1.51 / 1.56) at ListOps' (docs/baselines.md)."""
     b, h, n, d = v.shape
     k = taps.shape[-1]
-    half, blocks = k // 2, -(-n // block)
+    half, blocks = k // 2, ceil_div(n, block)
     padded = F.pad(v, (0, 0, half, half + blocks * block - n))
     windows = padded.unfold(2, block + k - 1, block)  # (B, H, blocks, d, window)
     offset = torch.arange(block + k - 1, device=v.device)[None, :] - torch.arange(block, device=v.device)[:, None]
