@@ -80,7 +80,7 @@
 # Runs live in /tmp/lra (kept while the machine stays warm; the next call must come within 30 s). Everything comes
 # back as $OUT/back.txz.part* (a call returns 8 files of at most 16 MiB): the records (results/), the logs, the
 # campaigns' state and the sweeps' unfinished runs (sweeps/). After a call, before the next: `bash scripts/take_back.sh
-# FILES_AT` commits the campaigns' state and keeps the unfinished runs in .device/sweeps.txz (carry it next time).
+# FILES_AT` commits the campaigns' state and the sweeps' unfinished runs (leaderboard/in_flight/sweeps.txz).
 set -uo pipefail
 PHASE=$1 LIMIT=$2
 export LRA_GIT_COMMIT=$3 PYTHONPATH=$PWD LRA_DATA=/tmp/lra/data LRA_RESULTS=/tmp/lra/results LRA_RUNS=/tmp/lra/runs
@@ -328,10 +328,11 @@ campaigns() {  # start CAMPAIGN_FILE's campaigns, each as TARGET-NAME (--from it
 
 case $PHASE in
 baselines)
-    # carry the task's archive (.device/aclImdb_v1.tar.gz or .device/cifar10_jpeg.tar.gz, copied from ../shared/data)
-    # and .device/sweeps.txz where an earlier machine left runs unfinished (scripts/take_back.sh): they resume here
-    # (a run this machine already holds keeps its own files)
-    [ ! -f .device/sweeps.txz ] || python3 scripts/unpack_carry.py /tmp/lra .device/sweeps.txz
+    # carry the task's archive (.device/aclImdb_v1.tar.gz or .device/cifar10_jpeg.tar.gz, copied from ../shared/data);
+    # the runs an earlier machine left unfinished come with the tree (leaderboard/in_flight/sweeps.txz, committed by
+    # scripts/take_back.sh) and resume here (a run this machine already holds keeps its own files)
+    kept=leaderboard/in_flight/sweeps.txz
+    [ ! -f "$kept" ] || python3 scripts/unpack_carry.py /tmp/lra "$kept"
     for task in ${BASELINE_TASKS:-text}; do
         from=()
         [ "$task" = text ] && from=(--from .device/aclImdb_v1.tar.gz)

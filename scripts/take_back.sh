@@ -19,8 +19,9 @@
 # to the history after every call; a Path-256 stage ends within its session where it can, and its record is what
 # comes home (the archive's results/). Each is kept in the git-ignored .device/states/NAME instead: for a stage cut
 # short by a lost machine, `bash scripts/carry_state.sh pack NAME` at the session's end commits it packed (~7 MB).
-# The `baselines` phase's unfinished sweep runs (sweeps/ in the archive) replace the git-ignored .device/sweeps.txz,
-# which the next `baselines` call carries to resume them on whatever machine it gets (none left: it is removed).
+# The `baselines` phase's unfinished sweep runs (sweeps/ in the archive) are committed as
+# leaderboard/in_flight/sweeps.txz, which the next `baselines` call's tree brings to resume them on whatever machine it
+# gets (none left: it is removed).
 set -euo pipefail
 files_at=${1:?give the call\'s files_at folder}
 unpacked=$(mktemp -d)
@@ -57,15 +58,19 @@ PY
                 "COMMIT?): give its git_commit the commit the call ran when curating it" >&2
     done
 fi
-# The `baselines` sweeps' unfinished runs replace .device/sweeps.txz (git-ignored), which the next call carries
-# (`carry: [".device/sweeps.txz", ...]`) so that a new machine resumes them; none left, it goes, so that a run done
-# since is not resumed from a stale checkpoint into a second record
+# The `baselines` sweeps' unfinished runs are committed packed as leaderboard/in_flight/sweeps.txz, which every later
+# call's tree brings, so that a new machine, or a new session on a new VM, resumes them; none left, it goes (also
+# committed), so that a run done since is not resumed from a stale checkpoint into a second record
+kept=leaderboard/in_flight/sweeps.txz
 if [ -n "$(ls -A "$unpacked/sweeps" 2> /dev/null)" ]; then
-    mkdir -p .device && python3 "$(dirname "$0")/pack_xz.py" .device/sweeps.txz "$unpacked/sweeps=sweeps"
-    echo ".device/sweeps.txz: $(find "$unpacked/sweeps" -name last.pt | wc -l) unfinished runs," \
-        "$(du -h .device/sweeps.txz | cut -f1); carry it with the next baselines call" >&2
+    mkdir -p "$(dirname "$kept")" && python3 "$(dirname "$0")/pack_xz.py" "$kept" "$unpacked/sweeps=sweeps"
+    git add "$kept"
+    echo "$kept: $(find "$unpacked/sweeps" -name last.pt | wc -l) unfinished runs, $(du -h "$kept" | cut -f1)" >&2
 else
-    rm -f .device/sweeps.txz
+    git rm -q --ignore-unmatch -- "$kept" && rm -f "$kept"
+fi
+if ! git diff --cached --quiet -- "$kept"; then
+    git commit -q -m "sweeps' unfinished runs after a device call ($(basename "$1"))" -- "$kept"
 fi
 [ -d "$unpacked/campaigns" ] || { echo "no campaigns/ in $archive: nothing to commit"; exit 0; }
 mkdir -p campaigns

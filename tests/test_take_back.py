@@ -251,10 +251,11 @@ def test_a_path_256_state_is_packed_small_committed_unpacked_whole_and_dropped(r
     assert carry(repo, "drop", "path-256-t").returncode == 2  # nothing to drop
 
 
-def test_a_call_s_unfinished_sweep_runs_are_kept_for_the_next_call_and_dropped_once_none_are_left(repo, tmp_path):
-    """h200_session.sh's archive brings the `baselines` sweeps' unfinished runs back as sweeps/; take_back.sh keeps
-    them packed in the git-ignored .device/sweeps.txz (what the next call carries), and a call that brings none back
-    removes it, so that a run finished since is never resumed from a stale checkpoint."""
+def test_a_call_s_unfinished_sweep_runs_are_committed_for_the_next_call_and_dropped_once_none_are_left(repo, tmp_path):
+    """h200_session.sh's archive brings the `baselines` sweeps' unfinished runs back as sweeps/; take_back.sh commits
+    them packed as leaderboard/in_flight/sweeps.txz (the next call's tree brings them, on a new machine or VM too), and
+    a call that brings none back removes it, also committed, so that a run finished since is never resumed from a
+    stale checkpoint."""
 
     def files_at(name: str, runs: dict[str, bytes]) -> Path:
         staged, folder = tmp_path / f"staged-{name}", tmp_path / name
@@ -269,7 +270,7 @@ def test_a_call_s_unfinished_sweep_runs_are_kept_for_the_next_call_and_dropped_o
                     tar.add(staged / part, arcname=part)
         return folder
 
-    kept = repo / ".device" / "sweeps.txz"
+    kept = repo / "leaderboard" / "in_flight" / "sweeps.txz"
     runs = {"text/linear/fa-paper/s1": b"step 9000", "text/sinkhorn/fa-paper/s2": b"step 300"}
     done = take_back(repo, files_at("1", runs))
     assert done.returncode == 0, done.stderr
@@ -277,8 +278,11 @@ def test_a_call_s_unfinished_sweep_runs_are_kept_for_the_next_call_and_dropped_o
         got = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
     assert got == {f"sweeps/{run}/last.pt": data for run, data in runs.items()}
     assert "2 unfinished runs" in done.stderr
-    assert git(repo, "status", "--porcelain") == ""  # .device is ignored: nothing to commit
+    assert git(repo, "status", "--porcelain") == ""
+    assert "leaderboard/in_flight/sweeps.txz" in git(repo, "ls-tree", "-r", "--name-only", "HEAD").split()
 
     finished = take_back(repo, files_at("2", {}))
     assert finished.returncode == 0, finished.stderr
     assert not kept.exists()
+    assert "leaderboard/in_flight/sweeps.txz" not in git(repo, "ls-tree", "-r", "--name-only", "HEAD").split()
+    assert git(repo, "status", "--porcelain") == ""
