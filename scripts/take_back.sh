@@ -2,10 +2,12 @@
 # Between two device calls of scripts/h200_session.sh: bring the campaigns' state home and commit it, so that the
 # next call resumes from it even if it lands on a new, bare machine. Run here, in the repository root:
 #
-#     bash scripts/take_back.sh FILES_AT
+#     bash scripts/take_back.sh FILES_AT [CARRY...]
 #
 # FILES_AT  the call's files_at folder (it holds back.txz, or its parts back.txz.part0, back.txz.part1, ...; calls
 #           made before 2026-12-06 wrote back.tgz, which is read the same way)
+# CARRY     the paths the next call will name in its `carry` (e.g. .device/cifar10_jpeg.tar.gz): the closing size check
+#           counts them beside the tree, which now holds what this call brought home
 # Every campaign state folder in the archive is committed packed, as campaigns/NAME.txz (scripts/pack_xz.py: a Path-X
 # state's 12 MiB pack to ~7, its best.pt and last.pt share the position table), replacing the state committed before
 # (a folder campaigns/NAME, as states were committed until 2026-12-06, is removed); a state behind the committed one is
@@ -24,6 +26,17 @@
 # gets (none left: it is removed).
 set -euo pipefail
 files_at=${1:?give the call\'s files_at folder}
+shift
+here=$(dirname "$0")
+# The tree travels with every call, 64 MiB at most with the carries: new chains' states, or the sweeps' in-flight
+# runs (five Image runs packed: 13-21 MB), can take it over, and an over-size call is refused
+check_size() {  # the state is home and committed by now: a miss here is said, not an error
+    command -v numfmt > /dev/null || return 0
+    local over=0
+    bash "$here/carry_size.sh" "$@" || over=$?  # 2: a CARRY path that does not exist, said by carry_size.sh
+    [ "$over" -ne 1 ] || echo "the next call would be refused: remove what it does not need (a --from source whose" \
+        "line's own state is now committed, an ended chain whose record is curated), or carry less, and commit" >&2
+}
 unpacked=$(mktemp -d)
 trap 'rm -rf "$unpacked"' EXIT
 archive=
@@ -63,7 +76,7 @@ fi
 # committed), so that a run done since is not resumed from a stale checkpoint into a second record
 kept=leaderboard/in_flight/sweeps.txz
 if [ -n "$(ls -A "$unpacked/sweeps" 2> /dev/null)" ]; then
-    mkdir -p "$(dirname "$kept")" && python3 "$(dirname "$0")/pack_xz.py" "$kept" "$unpacked/sweeps=sweeps"
+    mkdir -p "$(dirname "$kept")" && python3 "$here/pack_xz.py" "$kept" "$unpacked/sweeps=sweeps"
     git add "$kept"
     echo "$kept: $(find "$unpacked/sweeps" -name last.pt | wc -l) unfinished runs, $(du -h "$kept" | cut -f1)" >&2
 else
@@ -72,10 +85,9 @@ fi
 if ! git diff --cached --quiet -- "$kept"; then
     git commit -q -m "sweeps' unfinished runs after a device call ($(basename "$1"))" -- "$kept"
 fi
-[ -d "$unpacked/campaigns" ] || { echo "no campaigns/ in $archive: nothing to commit"; exit 0; }
+[ -d "$unpacked/campaigns" ] || { echo "no campaigns/ in $archive: nothing to commit"; check_size "$@"; exit 0; }
 mkdir -p campaigns
 taken=() packing=()  # the states this call brought home, and their packing jobs
-here=$(dirname "$0")
 for state in "$unpacked"/campaigns/*/; do
     name=$(basename "$state")
     [ -f "$state/campaign.json" ] || { echo "skipping $name: no campaign.json" >&2; continue; }
@@ -110,9 +122,4 @@ if [ ${#paths[@]} -gt 0 ] && ! git diff --cached --quiet -- "${paths[@]}"; then
     git commit -q -m "campaign state after a device call ($(basename "$1"))" -- "${paths[@]}"
 fi
 git log --oneline -1
-# The tree travels with every call, 64 MiB at most with the carries: new chains' states can take it over (a session
-# that starts two Path-X chains adds ~14 MiB packed), and an over-size call is refused
-if command -v numfmt > /dev/null; then
-    bash "$here/carry_size.sh" || echo "the next call would be refused: remove what it does not need (a" \
-        "--from source whose line's own state is now committed, an ended chain whose record is curated) and commit" >&2
-fi
+check_size "$@"

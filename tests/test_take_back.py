@@ -68,9 +68,24 @@ def committed(repo: Path, name: str = "path-x-t") -> dict[str, bytes]:
     return {path.removeprefix(f"{name}/"): data for path, data in files.items()}
 
 
-def take_back(repo: Path, files_at: Path) -> subprocess.CompletedProcess:
+def sweep_call_files(tmp: Path, name: str, runs: dict[str, bytes]) -> Path:
+    """A `baselines` call's files_at folder: back.txz with results/ and sweeps/RUN/last.pt for each of `runs`."""
+    staged, folder = tmp / f"staged-{name}", tmp / name
+    (staged / "results").mkdir(parents=True)
+    for run, checkpoint in runs.items():
+        (staged / "sweeps" / run).mkdir(parents=True)
+        (staged / "sweeps" / run / "last.pt").write_bytes(checkpoint)
+    folder.mkdir()
+    with tarfile.open(folder / "back.txz", "w:xz") as tar:
+        for part in ("results", "sweeps"):
+            if (staged / part).exists():
+                tar.add(staged / part, arcname=part)
+    return folder
+
+
+def take_back(repo: Path, files_at: Path, *carry: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["bash", str(SCRIPT), str(files_at)], cwd=repo, env=os.environ | GIT_ENV, capture_output=True, text=True
+        ["bash", str(SCRIPT), str(files_at), *carry], cwd=repo, env=os.environ | GIT_ENV, capture_output=True, text=True
     )
 
 
@@ -256,23 +271,9 @@ def test_a_call_s_unfinished_sweep_runs_are_committed_for_the_next_call_and_drop
     them packed as leaderboard/in_flight/sweeps.txz (the next call's tree brings them, on a new machine or VM too), and
     a call that brings none back removes it, also committed, so that a run finished since is never resumed from a
     stale checkpoint."""
-
-    def files_at(name: str, runs: dict[str, bytes]) -> Path:
-        staged, folder = tmp_path / f"staged-{name}", tmp_path / name
-        (staged / "results").mkdir(parents=True)
-        for run, checkpoint in runs.items():
-            (staged / "sweeps" / run).mkdir(parents=True)
-            (staged / "sweeps" / run / "last.pt").write_bytes(checkpoint)
-        folder.mkdir()
-        with tarfile.open(folder / "back.txz", "w:xz") as tar:
-            for part in ("results", "sweeps"):
-                if (staged / part).exists():
-                    tar.add(staged / part, arcname=part)
-        return folder
-
     kept = repo / "leaderboard" / "in_flight" / "sweeps.txz"
     runs = {"text/linear/fa-paper/s1": b"step 9000", "text/sinkhorn/fa-paper/s2": b"step 300"}
-    done = take_back(repo, files_at("1", runs))
+    done = take_back(repo, sweep_call_files(tmp_path, "1", runs))
     assert done.returncode == 0, done.stderr
     with tarfile.open(kept) as tar:
         got = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
@@ -281,8 +282,32 @@ def test_a_call_s_unfinished_sweep_runs_are_committed_for_the_next_call_and_drop
     assert git(repo, "status", "--porcelain") == ""
     assert "leaderboard/in_flight/sweeps.txz" in git(repo, "ls-tree", "-r", "--name-only", "HEAD").split()
 
-    finished = take_back(repo, files_at("2", {}))
+    finished = take_back(repo, sweep_call_files(tmp_path, "2", {}))
     assert finished.returncode == 0, finished.stderr
     assert not kept.exists()
     assert "leaderboard/in_flight/sweeps.txz" not in git(repo, "ls-tree", "-r", "--name-only", "HEAD").split()
     assert git(repo, "status", "--porcelain") == ""
+
+
+@pytest.mark.skipif(shutil.which("numfmt") is None, reason="carry_size.sh needs numfmt")
+def test_a_sweeps_call_says_when_the_tree_and_the_next_call_s_carry_are_over(repo, tmp_path):
+    """A `baselines` call brings no campaigns/, but its committed in-flight runs grow the tree all the same (five Image
+    runs: 21 MB beside Cifar-10's 18.5 MiB carry), so the size check counts the tree with the CARRY paths named."""
+    cifar = tmp_path / "cifar.tar.gz"
+    with open(cifar, "wb") as f:  # sparse: 54 MiB by its size (carry_size counts that), nothing written
+        f.truncate(54 << 20)
+    rng = random.Random(2)
+    small = {"image/linear/fa-paper/s1": rng.randbytes(4 << 20)}  # incompressible: packed as big
+    fits = take_back(repo, sweep_call_files(tmp_path, "1", small), str(cifar))
+    assert fits.returncode == 0, fits.stderr
+    assert "no campaigns/" in fits.stdout and "of a call's 64MiB" in fits.stderr and "refused" not in fits.stderr
+
+    bigger = small | {"image/linformer/fa-paper/s1": rng.randbytes(8 << 20)}
+    over = take_back(repo, sweep_call_files(tmp_path, "2", bigger), str(cifar))
+    assert over.returncode == 0, over.stderr  # the runs still come home and are committed
+    assert "over by" in over.stderr and "the next call would be refused" in over.stderr
+    assert "2 unfinished runs" in over.stderr and git(repo, "status", "--porcelain") == ""
+
+    missing = take_back(repo, sweep_call_files(tmp_path, "3", small), str(tmp_path / "no-such.tar.gz"))
+    assert missing.returncode == 0, missing.stderr
+    assert "does not exist" in missing.stderr and "would be refused" not in missing.stderr
