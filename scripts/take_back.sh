@@ -83,7 +83,7 @@ else
     git rm -q --ignore-unmatch -- "$kept" && rm -f "$kept"
 fi
 if ! git diff --cached --quiet -- "$kept"; then
-    git commit -q -m "sweeps' unfinished runs after a device call ($(basename "$1"))" -- "$kept"
+    git commit -q -m "sweeps' unfinished runs after a device call ($(basename "$files_at"))" -- "$kept"
 fi
 [ -d "$unpacked/campaigns" ] || { echo "no campaigns/ in $archive: nothing to commit"; check_size "$@"; exit 0; }
 mkdir -p campaigns
@@ -119,7 +119,7 @@ for name in ${taken[@]+"${taken[@]}"}; do
     git add "campaigns/$name.txz" && paths+=("campaigns/$name.txz")
 done
 if [ ${#paths[@]} -gt 0 ] && ! git diff --cached --quiet -- "${paths[@]}"; then
-    git commit -q -m "campaign state after a device call ($(basename "$1"))" -- "${paths[@]}"
+    git commit -q -m "campaign state after a device call ($(basename "$files_at"))" -- "${paths[@]}"
 fi
 git log --oneline -1
 check_size "$@"

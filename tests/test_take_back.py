@@ -109,6 +109,7 @@ def test_a_call_s_state_is_committed_and_one_that_went_back_is_refused(repo, tmp
     assert not (repo / "campaigns/path-x-t").exists()
     assert git(repo, "status", "--porcelain") == ""
     assert "campaigns/path-x-t.txz" in git(repo, "show", "--name-only", "HEAD")
+    assert git(repo, "log", "-1", "--format=%s").strip() == "campaign state after a device call (1)"
 
     behind = call_files(tmp_path, "2", {"pathfinder": 900}, b"behind")  # a bare machine that started afresh
     refused = take_back(repo, behind)
@@ -307,6 +308,7 @@ def test_a_sweeps_call_says_when_the_tree_and_the_next_call_s_carry_are_over(rep
     assert over.returncode == 0, over.stderr  # the runs still come home and are committed
     assert "over by" in over.stderr and "the next call would be refused" in over.stderr
     assert "2 unfinished runs" in over.stderr and git(repo, "status", "--porcelain") == ""
+    assert git(repo, "log", "-1", "--format=%s").strip() == "sweeps' unfinished runs after a device call (2)"
 
     missing = take_back(repo, sweep_call_files(tmp_path, "3", small), str(tmp_path / "no-such.tar.gz"))
     assert missing.returncode == 0, missing.stderr
