@@ -3,8 +3,9 @@ conv2d, forward and backward in bf16 at the fa-paper shapes of Image, ListOps an
 
     PYTHONPATH=. python3 scripts/nystrom_conv_bench.py
 
-Prints milliseconds per forward+backward and the largest difference of the two outputs; writes no record (speed
-claims come from `lra bench train`; docs/baselines.md has the figures of 2026-12-07).
+Prints the median milliseconds per forward+backward (`lra bench`'s `time_ms`) and the largest difference of the two
+outputs; writes no record (speed claims come from `lra bench train`; docs/baselines.md has the figures of 2026-12-07,
+taken with an earlier loop of its own: the mean of 20 calls).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from attention_impls.nystrom import sequence_conv
+from lra.bench.attention import time_ms
 
 SHAPES = {"image": (256, 1024), "listops": (32, 2000), "retrieval": (64, 4000)}  # batch, tokens; 2 heads of 32
 TAPS = 35
@@ -22,16 +24,8 @@ def cudnn(v: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return F.conv2d(v, w[:, None, :, None].to(v.dtype), padding=(TAPS // 2, 0), groups=w.shape[0])
 
 
-def fwd_bwd_ms(fn, v: torch.Tensor, w: torch.Tensor, warmup: int = 3, iters: int = 20) -> float:
-    for _ in range(warmup):
-        fn(v, w).float().sum().backward()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn(v, w).float().sum().backward()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters
+def fwd_bwd_ms(fn, v: torch.Tensor, w: torch.Tensor) -> float:
+    return time_ms(lambda: fn(v, w).float().sum().backward(), v.device.type, warmup_ms=25, rep_ms=100, grads=[v, w])
 
 
 def main() -> None:
