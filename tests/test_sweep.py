@@ -23,7 +23,7 @@ from lra.cli.main import main
 from lra.cli.sweep import _live
 from lra.core.errors import ConfigError, RunSetupError
 from lra.results.store import load_records
-from lra.sweep.board import Board, LineLog, Row, read_progress
+from lra.sweep.board import Board, LineLog, Progress, Row, read_progress
 from lra.sweep.grid import (
     build_grid,
     clear_unstarted,
@@ -303,6 +303,26 @@ def test_progress_and_eta_come_from_the_metrics_log(tmp_path):
     text = console.export_text()
     assert "200/1,000" in text and "25.0" in text and "30.0" in text
     assert "00:02:40" in text  # 800 steps left at 5 steps/s
+
+
+def test_the_caption_sums_the_steps_the_unfinished_runs_have_left(tmp_path):
+    (toy, _) = write_configs(tmp_path)
+    runs = build_grid(
+        tasks=[toy],
+        attns=["naive"],
+        seeds=[0, 1, 2],
+        presets=["default"],
+        overrides=["train.steps=1000"],
+        root=tmp_path,
+    )
+    board = Board(runs, "t")
+    board.rows[runs[0].name] = Row("done", "", Progress(step=1000))
+    board.rows[runs[1].name] = Row("stopped", "", Progress(step=350))  # resumes at 350: 650 to go
+    # runs[2] has not started: all 1,000 to go
+    assert board.steps_left() == 1650
+    console = Console(width=160, record=True)
+    console.print(board.render())
+    assert "1,650 of 3,000 steps left" in console.export_text()
 
 
 def test_a_run_killed_before_its_first_checkpoint_starts_again(tmp_path):

@@ -83,6 +83,14 @@ class Board:
     def counts(self) -> Counter:
         return Counter(row.state for row in self.rows.values())
 
+    def steps_left(self) -> int:
+        """Training steps the runs still have to take (a done run none): what a sweep carried over several
+        sessions still costs, to budget the next ones."""
+        return sum(
+            0 if self.rows[run.name].state == "done" else max(0, run.steps - self.rows[run.name].progress.step)
+            for run in self.runs
+        )
+
     def refresh(self) -> None:
         """Re-read the progress of every run not settled yet."""
         for run in self.runs:
@@ -94,7 +102,8 @@ class Board:
         counts = self.counts()
         elapsed = time.strftime("%H:%M:%S", time.gmtime(time.monotonic() - self.started))
         summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
-        table = Table(title=self.title, caption=f"{len(self.runs)} runs: {summary}; {elapsed} elapsed")
+        steps = f"{self.steps_left():,} of {sum(run.steps for run in self.runs):,} steps left"
+        table = Table(title=self.title, caption=f"{len(self.runs)} runs: {summary}; {steps}; {elapsed} elapsed")
         table.add_column("run", no_wrap=True)
         table.add_column("state")
         for col in ("step", "val acc %", "best %", "ETA"):
