@@ -86,10 +86,12 @@ class Board:
     def steps_left(self) -> int:
         """Training steps the runs still have to take (a done run none): what a sweep carried over several
         sessions still costs, to budget the next ones."""
-        return sum(
-            0 if self.rows[run.name].state == "done" else max(0, run.steps - self.rows[run.name].progress.step)
-            for run in self.runs
-        )
+        left = 0
+        for run in self.runs:
+            row = self.rows[run.name]
+            if row.state != "done":
+                left += max(0, run.steps - row.progress.step)
+        return left
 
     def refresh(self) -> None:
         """Re-read the progress of every run not settled yet."""
