@@ -107,11 +107,11 @@ if [ -n "$(find /tmp/lra/pids /tmp/lra/logs -maxdepth 1 -type f -mmin +35 2> /de
 fi
 mkdir -p "$LOGS" "$LRA_RESULTS" "$LRA_RUNS" /tmp/lra/pids "$LRA_DATA"
 # Target pairs drawn ahead on another machine (`bash scripts/pack_pairs.sh TASK`: .device/data.txz for Path-X's,
-# data64.txz for Path-64's, data256.txz for Path-256's): the draws take them and skip the costly part of each image
-# (tasks/_pathfinder/targets.py; Path-X's draw 3.5x faster). Kept in $LRA_DATA while the machine stays warm. A call
-# carries 64 MiB with the tree (`bash scripts/carry_size.sh PATH...` says what a call would hold); a drawn folder
-# (.device/data) is taken as well, and gzip archives (.tgz) of before.
-for pairs in .device/data .device/data64 .device/data256; do
+# data64.txz for Path-64's, data256.txz for Path-256's, data32.txz for Pathfinder's): the draws take them and skip the
+# costly part of each image (tasks/_pathfinder/targets.py; Path-X's draw 3.5x faster). Kept in $LRA_DATA while the
+# machine stays warm. A call carries 64 MiB with the tree (`bash scripts/carry_size.sh PATH...` says what a call would
+# hold); a drawn folder (.device/data) is taken as well, and gzip archives (.tgz) of before.
+for pairs in .device/data .device/data32 .device/data64 .device/data256; do
     if [ -d "$pairs" ]; then cp -rn "$pairs"/. "$LRA_DATA"/; fi
     for archive in "$pairs.txz" "$pairs.tgz"; do
         [ ! -f "$archive" ] || python3 scripts/unpack_carry.py "$LRA_DATA" "$archive"
