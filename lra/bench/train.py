@@ -105,23 +105,17 @@ def bench_train(
                 for backend in backends:
                     progress.update(bar, description=f"bench train {task_name} N={task.seq_len} {backend}")
                     own = load_config(task_name, preset, list(overrides or []) + extra, backend=backend)
+                    reason = _refusal(own, backend, dev, data_dir, pack_length=pack or None)
                     for mode in compile_modes or default_modes(own, dev):
                         mode_cfg = own.with_settings([f"train.compile={mode}"])
-                        reason = _refusal(own, backend, dev, data_dir, pack_length=pack or None)
                         if reason:
                             outcome = _failed(f"unsupported: {reason}", mode, dev)
                         else:
                             timing = {"steps": steps, "warmup": warmup, "pack_length": pack}
                             outcome = _measure(mode_cfg, task, feed, backend, dev, **timing)
                         setup = _setup(mode_cfg, task, backend, synthetic=synthetic, timed_steps=steps)
-                        rec = bench_train_record(**setup, data_on_device=feed.resident, **outcome, env=env)
-                        records.append(rec)
-                        if dist.is_main():
-                            ms = rec["metrics"].get("ms_per_step")
-                            result = f"{ms:.1f} ms/step" if ms else rec["status"]
-                            progress_line(
-                                f"bench train {task_name} N={task.seq_len} {backend} compile {mode}: {result}"
-                            )
+                        records.append(bench_train_record(**setup, data_on_device=feed.resident, **outcome, env=env))
+                        _report(records[-1], f"bench train {task_name} N={task.seq_len} {backend} compile {mode}")
                     progress.advance(bar)
     except KeyboardInterrupt:
         if not records:
@@ -130,6 +124,13 @@ def bench_train(
         raise Interrupted(records) from None
     _add_speedups(records)
     return records
+
+
+def _report(rec: dict[str, Any], what: str) -> None:
+    """One progress line with a record's step time (or why it has none), from the main process only."""
+    if dist.is_main():
+        ms = rec["metrics"].get("ms_per_step")
+        progress_line(f"{what}: {f'{ms:.1f} ms/step' if ms else rec['status']}")
 
 
 class Interrupted(KeyboardInterrupt):
