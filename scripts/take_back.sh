@@ -23,7 +23,7 @@
 # short by a lost machine, `bash scripts/carry_state.sh pack NAME` at the session's end commits it packed (~7 MB).
 # The `baselines` phase's unfinished sweep runs (sweeps/ in the archive) are committed as
 # leaderboard/in_flight/sweeps.txz, which the next `baselines` call's tree brings to resume them on whatever machine it
-# gets (none left: it is removed).
+# gets (none left after a call that ran a sweep: it is removed; a call that ran none leaves it as it is).
 set -euo pipefail
 files_at=${1:?give the call\'s files_at folder}
 shift
@@ -72,15 +72,20 @@ PY
     done
 fi
 # The `baselines` sweeps' unfinished runs are committed packed as leaderboard/in_flight/sweeps.txz, which every later
-# call's tree brings, so that a new machine, or a new session on a new VM, resumes them; none left, it goes (also
-# committed), so that a run done since is not resumed from a stale checkpoint into a second record
+# call's tree brings, so that a new machine, or a new session on a new VM, resumes them; none left after a call that
+# ran a sweep (its logs/sweep-*.log), it goes (also committed), so that a run done since is not resumed from a stale
+# checkpoint into a second record. A call of another phase (kernel, speed, a campaign's) neither unpacks nor brings
+# back the pack's runs: the pack stays as it is.
 kept=leaderboard/in_flight/sweeps.txz
+swept=$(tar -tf "$archive" 2> /dev/null | grep -c '^logs/sweep-.*\.log$' || true)
 if [ -n "$(ls -A "$unpacked/sweeps" 2> /dev/null)" ]; then
     mkdir -p "$(dirname "$kept")" && python3 "$here/pack_xz.py" "$kept" "$unpacked/sweeps=sweeps"
     git add "$kept"
     echo "$kept: $(find "$unpacked/sweeps" -name last.pt | wc -l) unfinished runs, $(du -h "$kept" | cut -f1)" >&2
-else
+elif [ "$swept" -gt 0 ]; then
     git rm -q --ignore-unmatch -- "$kept" && rm -f "$kept"
+elif [ -f "$kept" ]; then
+    echo "$kept stays as it is: no sweep ran in this call" >&2
 fi
 if ! git diff --cached --quiet -- "$kept"; then
     git commit -q -m "sweeps' unfinished runs after a device call ($(basename "$files_at"))" -- "$kept"

@@ -68,16 +68,22 @@ def committed(repo: Path, name: str = "path-x-t") -> dict[str, bytes]:
     return {path.removeprefix(f"{name}/"): data for path, data in files.items()}
 
 
-def sweep_call_files(tmp: Path, name: str, runs: dict[str, bytes]) -> Path:
-    """A `baselines` call's files_at folder: back.txz with results/ and sweeps/RUN/last.pt for each of `runs`."""
+def sweep_call_files(tmp: Path, name: str, runs: dict[str, bytes], *, swept: bool = True) -> Path:
+    """A `baselines` call's files_at folder: back.txz with results/, the sweep's log (logs/sweep-*.log, as
+    h200_session.sh writes it) and sweeps/RUN/last.pt for each of `runs`; swept=False: a call of another phase, which
+    ran no sweep (no log)."""
     staged, folder = tmp / f"staged-{name}", tmp / name
     (staged / "results").mkdir(parents=True)
+    (staged / "logs").mkdir()
+    (staged / "logs" / "gpu.log").write_text("100 %\n")
+    if swept:
+        (staged / "logs" / "sweep-text-linformer-0-2.log").write_text("12 runs\n")
     for run, checkpoint in runs.items():
         (staged / "sweeps" / run).mkdir(parents=True)
         (staged / "sweeps" / run / "last.pt").write_bytes(checkpoint)
     folder.mkdir()
     with tarfile.open(folder / "back.txz", "w:xz") as tar:
-        for part in ("results", "sweeps"):
+        for part in ("results", "logs", "sweeps"):
             if (staged / part).exists():
                 tar.add(staged / part, arcname=part)
     return folder
@@ -269,9 +275,9 @@ def test_a_path_256_state_is_packed_small_committed_unpacked_whole_and_dropped(r
 
 def test_a_call_s_unfinished_sweep_runs_are_committed_for_the_next_call_and_dropped_once_none_are_left(repo, tmp_path):
     """h200_session.sh's archive brings the `baselines` sweeps' unfinished runs back as sweeps/; take_back.sh commits
-    them packed as leaderboard/in_flight/sweeps.txz (the next call's tree brings them, on a new machine or VM too), and
-    a call that brings none back removes it, also committed, so that a run finished since is never resumed from a
-    stale checkpoint."""
+    them packed as leaderboard/in_flight/sweeps.txz (the next call's tree brings them, on a new machine or VM too); a
+    call of another phase, which ran no sweep, leaves the pack as it is; and a sweep's call that brings none back
+    removes it, also committed, so that a run finished since is never resumed from a stale checkpoint."""
     kept = repo / "leaderboard" / "in_flight" / "sweeps.txz"
     runs = {"text/linear/fa-paper/s1": b"step 9000", "text/sinkhorn/fa-paper/s2": b"step 300"}
     done = take_back(repo, sweep_call_files(tmp_path, "1", runs))
@@ -283,7 +289,14 @@ def test_a_call_s_unfinished_sweep_runs_are_committed_for_the_next_call_and_drop
     assert git(repo, "status", "--porcelain") == ""
     assert "leaderboard/in_flight/sweeps.txz" in git(repo, "ls-tree", "-r", "--name-only", "HEAD").split()
 
-    finished = take_back(repo, sweep_call_files(tmp_path, "2", {}))
+    other_phase = take_back(repo, sweep_call_files(tmp_path, "2", {}, swept=False))
+    assert other_phase.returncode == 0, other_phase.stderr
+    assert "stays as it is: no sweep ran in this call" in other_phase.stderr
+    with tarfile.open(kept) as tar:  # a call that ran no sweep (kernel, speed, a campaign's) leaves the pack alone
+        assert {m.name: tar.extractfile(m).read() for m in tar if m.isfile()} == got
+    assert git(repo, "status", "--porcelain") == ""
+
+    finished = take_back(repo, sweep_call_files(tmp_path, "3", {}))
     assert finished.returncode == 0, finished.stderr
     assert not kept.exists()
     assert "leaderboard/in_flight/sweeps.txz" not in git(repo, "ls-tree", "-r", "--name-only", "HEAD").split()
