@@ -6,13 +6,11 @@
 # PHASE  listops-reruns: issue 34's ListOps runs that wait on a fix (docs/baselines.md): reformer seeds 0-2 with its
 #            scale fixed, local seeds 0-2 at the paper's window 128, linear unnormalised and performer with zeroed keys
 #        listops-seeds: seeds 1-2 of the ListOps baselines that trained (issue 34)
-#        listops-fly: issue 34, seed 0 of linear, performer and flash on ListOps under `--preset fly` (the
-#            FlashAttention authors' own baseline configs, 30,000 steps of LRA's model; docs/baselines.md): does the
-#            paper's recipe for the baselines take linear and performer off the plateau? Beside them, linear and
-#            performer under fa-paper for 30,000 steps instead of 5,000 (minutes each): is it only the step budget?
-#            Side by side; a fly run that does not end within the call's LIMIT is lost (its state, ~110 MB, is too big
-#            to come back). And performer under fa-paper for 30,000 steps with 64 features in fp32: drawn once, redrawn
-#            every step, and the relu kernel (the CPU pilot in docs/baselines.md)
+#        listops-performer: issue 34, the CPU pilot's performer at ListOps' full length (docs/baselines.md): under
+#            fa-paper for 30,000 steps with 64 features in fp32, drawn once, redrawn every step, and the relu kernel,
+#            side by side. (`--preset fly` runs go through `baselines`: PRESET=fly with a group of one run at a time,
+#            BASELINE_GROUPS="linear,local,reformer,performer:0:listops:1", which resumes them on a warm machine's
+#            later calls; a ListOps fly run's state, ~145 MB, never comes back: see MAX_RUN_MB below)
 #        baselines: issue 34's accuracy rows, `lra sweep` of every baseline (BASELINES) over SEEDS (0-2) on
 #            BASELINE_TASKS (default text; image, pathfinder), four runs a GPU (PER_GPU), until LIMIT, less the runs
 #            leaderboard/results already holds a record of (`--skip-recorded`); the same command on the next calls of
@@ -71,7 +69,7 @@
 # past its LIMIT_S is the session's last: a minute before its end it asks the campaigns and pilots still running to
 # stop (SIGTERM), so that their state is in the archive.
 #
-# Dry runs on a CPU: PRESET=tiny DEVICE=cpu for listops-seeds and speed (listops-fly has no small form); for path-x,
+# Dry runs on a CPU: PRESET=tiny DEVICE=cpu for listops-seeds, listops-performer, speed and baselines; for path-x,
 # DEVICE=cpu PILOT_ATTN=naive CAMPAIGN_ATTN=naive WORKERS=1 SMALL_DATA="--set data.num_train=32 --set
 # data.num_val=16 --set data.num_test=16 --set data.downsample=2" SMALL="--set train.batch_size=8" PILOT_STEPS=4, and
 # OUT a scratch folder (the campaigns then stop at once: SMALL changes their stages' hashes, so --from finds none);
@@ -373,15 +371,8 @@ listops-seeds)
     done
     listops_run listops-linformer-s2 linformer 2
     ;;
-listops-fly)
-    lra data prepare listops --preset fly --workers 16 > "$LOGS/prep-listops.log" 2>&1
-    for attn in linear performer flash; do
-        bg "listops-fly-$attn-s0" run listops --attn "$attn" --preset fly --device "$DEVICE" --seed 0 \
-            --time-limit "$(left)s"
-    done
-    for attn in linear performer; do
-        listops_run "listops-$attn-30k-s0" "$attn" 0 --set train.steps=30000 --set train.eval_every=250
-    done
+listops-performer)
+    lra data prepare listops --preset "$PRESET" --workers 16 > "$LOGS/prep-listops.log" 2>&1
     # the CPU pilot's performer (docs/baselines.md): with 64 features in fp32, drawn once it left the plateau and fell
     # back; redrawn every step, or with the relu kernel, it held
     for variant in redraw_every=0 redraw_every=1 kernel=relu; do
@@ -402,7 +393,7 @@ path-x | path-256)
     TARGET=$PHASE path_x
     ;;
 *)
-    echo "unknown phase $PHASE (baselines, kernel, listops-reruns, listops-seeds, listops-fly, speed, path-x," \
+    echo "unknown phase $PHASE (baselines, kernel, listops-reruns, listops-seeds, listops-performer, speed, path-x," \
         "path-256)" >&2
     exit 2
     ;;
@@ -428,10 +419,21 @@ if [ "$PHASE" = path-x ] || [ "$PHASE" = path-256 ]; then  # and the sources tha
     set +f
 fi
 # The sweeps' unfinished runs (a checkpoint, no summary.json; a Text run of fa-paper ~2.5 MB) come back too, so that
-# a later session on a new machine resumes them (scripts/take_back.sh) instead of starting them again
+# a later session on a new machine resumes them (scripts/take_back.sh) instead of starting them again. A run over
+# MAX_RUN_MB (24) stays out: a `--preset fly` ListOps run's state is ~145 MB (LRA's 4 x 512 model, 9.0 M parameters,
+# in best.pt and in last.pt with Adam's moments),
+# which would take the archive past what a call brings back, and the tree past what the next one carries; it resumes
+# on this machine's later calls only (docs/baselines.md, "Next device sessions for issue 34")
 unfinished=()
 for run in /tmp/lra/sweeps/*/*/*/s*; do
-    [ -f "$run/last.pt" ] && [ ! -f "$run/summary.json" ] && unfinished+=("$run=sweeps/${run#/tmp/lra/sweeps/}")
+    [ -f "$run/last.pt" ] && [ ! -f "$run/summary.json" ] || continue
+    size=$(du -sm "$run" | cut -f1)
+    if [ "$size" -gt "${MAX_RUN_MB:-24}" ]; then
+        echo "left out of the archive: ${run#/tmp/lra/sweeps/}, unfinished (${size} MB, over MAX_RUN_MB): it resumes" \
+            "only on this machine" >&2
+        continue
+    fi
+    unfinished+=("$run=sweeps/${run#/tmp/lra/sweeps/}")
 done
 python3 scripts/pack_xz.py /tmp/lra/back.txz "${leave_out[@]}" /tmp/lra/results=results /tmp/lra/logs=logs \
     /tmp/lra/campaigns=campaigns ${unfinished[@]+"${unfinished[@]}"}
