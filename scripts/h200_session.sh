@@ -421,9 +421,9 @@ fi
 # The sweeps' unfinished runs (a checkpoint, no summary.json; a Text run of fa-paper ~2.5 MB) come back too, so that
 # a later session on a new machine resumes them (scripts/take_back.sh) instead of starting them again. A run over
 # MAX_RUN_MB (24) stays out: a `--preset fly` ListOps run's state is ~145 MB (LRA's 4 x 512 model, 9.0 M parameters,
-# in best.pt and in last.pt with Adam's moments),
-# which would take the archive past what a call brings back, and the tree past what the next one carries; it resumes
-# on this machine's later calls only (docs/baselines.md, "Next device sessions for issue 34")
+# in best.pt and in last.pt with Adam's moments), which would take the archive past what a call brings back, and the
+# tree past what the next one carries; it resumes on this machine's later calls only (docs/baselines.md, "Next device
+# sessions for issue 34")
 unfinished=()
 for run in /tmp/lra/sweeps/*/*/*/s*; do
     [ -f "$run/last.pt" ] && [ ! -f "$run/summary.json" ] || continue
