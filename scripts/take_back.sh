@@ -54,7 +54,7 @@ done
 # The records' commits: COMMIT is typed into each call by hand (the machine's copy of .git is stale), and a mistyped
 # one names no commit on the leaderboard (2026-12-06: 835d8b7c for 835d8b7). Said here, before anything is curated.
 # One extraction for both (tar tells xz from gzip by the archive's first bytes; a member missing from it is skipped).
-tar -xf "$archive" -C "$unpacked" results campaigns sweeps 2> /dev/null || true
+tar -xf "$archive" -C "$unpacked" results campaigns sweeps logs 2> /dev/null || true
 if [ -d "$unpacked/results" ]; then
     python3 - "$unpacked/results" <<'PY' | while read -r record commit; do
 import json, pathlib, sys
@@ -77,12 +77,11 @@ fi
 # checkpoint into a second record. A call of another phase (kernel, speed, a campaign's) neither unpacks nor brings
 # back the pack's runs: the pack stays as it is.
 kept=leaderboard/in_flight/sweeps.txz
-swept=$(tar -tf "$archive" 2> /dev/null | grep -c '^logs/sweep-.*\.log$' || true)
 if [ -n "$(ls -A "$unpacked/sweeps" 2> /dev/null)" ]; then
     mkdir -p "$(dirname "$kept")" && python3 "$here/pack_xz.py" "$kept" "$unpacked/sweeps=sweeps"
     git add "$kept"
     echo "$kept: $(find "$unpacked/sweeps" -name last.pt | wc -l) unfinished runs, $(du -h "$kept" | cut -f1)" >&2
-elif [ "$swept" -gt 0 ]; then
+elif compgen -G "$unpacked/logs/sweep-*.log" > /dev/null; then
     git rm -q --ignore-unmatch -- "$kept" && rm -f "$kept"
 elif [ -f "$kept" ]; then
     echo "$kept stays as it is: no sweep ran in this call" >&2
